@@ -1,0 +1,21 @@
+package mut
+
+// Mutant describes one deliberate fault.
+type Mutant struct {
+	Tag         string // build tag that switches it on
+	Description string
+}
+
+// All lists every mutant, in the order docs/proofs.md presents them.
+var All = []Mutant{
+	{"mut_nophasejump", "the sender drops a stale ADVERT without jumping its phase past the ADVERT's phase"},
+	{"mut_noholdoffka", "the receiver advertises while k_a > 0 (stale advertised recvs still pending)"},
+	{"mut_noholdoffkb", "the receiver advertises while k_b > 0 (held-off recvs still pending)"},
+	{"mut_noholdoffbr", "the receiver advertises while its stream buffer holds data (b_r > 0)"},
+	{"mut_nocorrection", "the receiver does not correct S'_r by n-1 when a direct transfer of n bytes completes a recv"},
+	{"mut_acceptoldseq", "the sender accepts an ADVERT whose S_A < S_S while in an indirect phase"},
+	{"mut_noleavedirect", "the receiver stays in its direct phase when an indirect transfer arrives"},
+	{"mut_literalcopyout", "the slides' literal copy-out: S'_r is not advanced for a recv that was never advertised"},
+	{"mut_nophasecheck", "the sender accepts an ADVERT from an older phase (P_A < P_S) while in an indirect phase"},
+	{"mut_ringoverrun", "the sender does not stop at the stream buffer's credits (b_s)"},
+}

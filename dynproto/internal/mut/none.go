@@ -1,0 +1,6 @@
+//go:build !mut_nophasejump && !mut_noholdoffka && !mut_noholdoffkb && !mut_noholdoffbr && !mut_nocorrection && !mut_acceptoldseq && !mut_noleavedirect && !mut_literalcopyout && !mut_nophasecheck && !mut_ringoverrun
+
+package mut
+
+// Active names the mutant compiled in; it is empty in normal builds.
+const Active = ""
