@@ -1,0 +1,34 @@
+package mreg
+
+import "errors"
+
+// Errors returned by this package. Compare with errors.Is: functions that
+// add context wrap these sentinels with %w.
+var (
+	// ErrInvalid reports a bad argument: a nil or empty buffer, unknown
+	// access bits, RemoteWrite without LocalWrite, a region of another
+	// table, a non-positive allocation size, or memory Alloc did not return.
+	ErrInvalid = errors.New("exs: invalid argument")
+
+	// ErrInvalidKey reports that no live region has the key: it was forged,
+	// or its region was deregistered.
+	ErrInvalidKey = errors.New("exs: invalid memory key")
+
+	// ErrBounds reports an address range that does not lie inside the
+	// region, including one whose end overflows uint64.
+	ErrBounds = errors.New("exs: address range outside memory region")
+
+	// ErrAccess reports that the region lacks a requested right, or that a
+	// local key was used for remote access or a remote key for local access.
+	ErrAccess = errors.New("exs: memory region access denied")
+
+	// ErrBusy reports a Deregister refused because references to the
+	// region are held. The region stays registered and usable.
+	ErrBusy = errors.New("exs: memory region in use")
+
+	// ErrDeregistered reports a region that was already deregistered.
+	ErrDeregistered = errors.New("exs: memory region deregistered")
+
+	// ErrTableFull reports that the table holds MaxRegions live regions.
+	ErrTableFull = errors.New("exs: memory registration table full")
+)
