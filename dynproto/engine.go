@@ -234,9 +234,8 @@ type Stats struct {
 
 // recv states.
 const (
-	recvUndecided  uint8 = iota // not yet judged for an ADVERT (waiting for a frame credit)
+	recvWaiting    uint8 = iota // not advertised (yet): counted in k_b
 	recvAdvertised              // an ADVERT was sent for it
-	recvHeld                    // posted during hold-off: counted in k_b
 	recvPlain                   // never to be advertised (IndirectOnly mode, or after FIN)
 )
 
@@ -336,7 +335,7 @@ type Engine struct {
 
 	// Receiver half.
 	recvs      fifo[recvReq]
-	undecided  int // recvs at the tail not yet judged for an ADVERT
+	adv        int // index of the first recv not advertised
 	pr         Phase
 	sr         Seq // S_r: next unit to deliver
 	sest       Seq // S'_r
@@ -425,11 +424,11 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 	if e.cfg.Type == SeqPacket {
 		waitAll = false // a message is whole anyway
 	}
-	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvUndecided}
+	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting}
 	if e.cfg.Mode == IndirectOnly || e.fin {
 		r.state = recvPlain
 	} else {
-		e.undecided++
+		e.kb++
 	}
 	e.recvs.push(r)
 	if e.fin {
@@ -465,7 +464,7 @@ func (e *Engine) Abort(out []Action, err error) []Action {
 		r := e.recvs.pop()
 		out = append(out, Action{Kind: RecvDone, ID: r.id, Len: r.filled, Err: err})
 	}
-	e.cur, e.undecided = 0, 0
+	e.cur, e.adv, e.kb = 0, 0, 0
 	e.writes = fifo[uint64]{}
 	return out
 }
@@ -735,11 +734,13 @@ func (e *Engine) onFin(out []Action, f *Frame) ([]Action, error) {
 		return out, fmt.Errorf("%w: FIN at sequence %d, expected %d", ErrProtocol, f.Seq, e.arr)
 	}
 	e.fin = true
-	// Recvs not yet judged will never be advertised.
-	for i := e.recvs.len() - e.undecided; i < e.recvs.len(); i++ {
-		e.recvs.at(i).state = recvPlain
+	// Recvs not advertised yet never will be.
+	for i := 0; i < e.recvs.len(); i++ {
+		if r := e.recvs.at(i); r.state == recvWaiting {
+			r.state = recvPlain
+		}
 	}
-	e.undecided = 0
+	e.kb = 0
 	return e.finishAtEOF(out), nil
 }
 
@@ -761,10 +762,11 @@ func (e *Engine) completeRecv(out []Action, err error) []Action {
 	switch {
 	case r.stale:
 		e.ka--
-	case r.state == recvHeld:
+	case r.state == recvWaiting:
 		e.kb--
-	case r.state == recvUndecided:
-		e.undecided--
+	}
+	if e.adv > 0 {
+		e.adv--
 	}
 	a := Action{Kind: RecvDone, ID: r.id, Len: r.filled, Err: err}
 	if err != nil {
@@ -961,15 +963,27 @@ func (e *Engine) pumpAck(out []Action) []Action {
 	}
 }
 
-// pumpAdverts judges the recvs not yet judged, in order (algorithm 2).
+// pumpAdverts advertises waiting recvs, oldest first (algorithm 2). A recv
+// posted while the receiver holds off (b_r > 0 or k_a > 0) waits, counted in
+// k_b; once the hold-off ends it is advertised like a new recv, provided it
+// has received nothing from the stream buffer. A later recv is never
+// advertised while an earlier one waits: the sender fills ADVERTs in order.
 func (e *Engine) pumpAdverts(out []Action) []Action {
-	for e.undecided > 0 {
-		r := e.recvs.at(e.recvs.len() - e.undecided)
-		if r.filled > 0 || e.holdOff() {
-			r.state = recvHeld
-			e.kb++
-			e.undecided--
+	for i := e.adv; i < e.recvs.len(); i++ {
+		r := e.recvs.at(i)
+		if r.state != recvWaiting {
 			continue
+		}
+		if e.holdOff() {
+			break
+		}
+		if r.filled > 0 {
+			// Partly filled from the stream buffer: the rest comes from
+			// there too.
+			if mut.NoHoldOffKb {
+				continue
+			}
+			break
 		}
 		if !e.canFrame() {
 			break
@@ -982,7 +996,7 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 		r.advert = e.nextAdvert
 		r.phase = e.pr
 		e.nextAdvert++
-		e.undecided--
+		e.kb--
 		f := Frame{Type: FrameAdvert, Phase: e.pr, Seq: e.sest, ID: r.advert, Len: uint32(r.n)}
 		if r.waitAll {
 			f.Flags |= FlagWaitAll
@@ -993,15 +1007,17 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 		e.stats.AdvertsSent++
 		out = e.frame(out, r.id, f)
 	}
+	for e.adv < e.recvs.len() && e.recvs.at(e.adv).state == recvAdvertised {
+		e.adv++
+	}
 	return out
 }
 
 // holdOff reports whether the receiver must not advertise: data is waiting in
-// the stream buffer, or recvs from an earlier indirect phase are pending.
+// the stream buffer, or recvs advertised in an earlier direct phase are still
+// to be filled from it.
 func (e *Engine) holdOff() bool {
-	return (e.br > 0 && !mut.NoHoldOffBr) ||
-		(e.ka > 0 && !mut.NoHoldOffKa) ||
-		(e.kb > 0 && !mut.NoHoldOffKb)
+	return (e.br > 0 && !mut.NoHoldOffBr) || (e.ka > 0 && !mut.NoHoldOffKa)
 }
 
 // pumpSends starts transfers for queued sends (algorithm 1).

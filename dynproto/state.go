@@ -126,7 +126,7 @@ func (e *Engine) AppendKey(b []byte) []byte {
 		u(uint64(r.phase))
 		t(r.tooLong)
 	}
-	i(e.undecided)
+	i(e.adv)
 	u(uint64(e.pr))
 	u(uint64(e.sr))
 	u(uint64(e.sest))

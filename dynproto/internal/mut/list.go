@@ -10,7 +10,7 @@ type Mutant struct {
 var All = []Mutant{
 	{"mut_nophasejump", "the sender drops a stale ADVERT without jumping its phase past the ADVERT's phase"},
 	{"mut_noholdoffka", "the receiver advertises while k_a > 0 (stale advertised recvs still pending)"},
-	{"mut_noholdoffkb", "the receiver advertises while k_b > 0 (held-off recvs still pending)"},
+	{"mut_noholdoffkb", "the receiver advertises a recv while an earlier recv still waits unadvertised (k_b > 0)"},
 	{"mut_noholdoffbr", "the receiver advertises while its stream buffer holds data (b_r > 0)"},
 	{"mut_nocorrection", "the receiver does not correct S'_r by n-1 when a direct transfer of n bytes completes a recv"},
 	{"mut_acceptoldseq", "the sender accepts an ADVERT whose S_A < S_S while in an indirect phase"},

@@ -2,5 +2,5 @@
 
 package mut
 
-// NoHoldOffKb, when on (build tag mut_noholdoffkb), makes the receiver advertises while k_b > 0 (held-off recvs still pending).
+// NoHoldOffKb, when on (build tag mut_noholdoffkb), makes the receiver advertises a recv while an earlier recv still waits unadvertised (k_b > 0).
 const NoHoldOffKb = false

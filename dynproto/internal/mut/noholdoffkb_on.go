@@ -2,7 +2,7 @@
 
 package mut
 
-// NoHoldOffKb is on: the receiver advertises while k_b > 0 (held-off recvs still pending).
+// NoHoldOffKb is on: the receiver advertises a recv while an earlier recv still waits unadvertised (k_b > 0).
 const NoHoldOffKb = true
 
 // Active names the mutant compiled in.
