@@ -1,0 +1,650 @@
+package eventq
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// spinIterCost is the assumed least cost of one spin iteration. It bounds
+// the number of iterations of an Adaptive spin (SpinTime/spinIterCost) as
+// well as its duration, so that the spin also ends where the clock does not
+// move while goroutines run (testing/synctest).
+const spinIterCost = 20 * time.Nanosecond
+
+// Queue is a bounded FIFO of events of type T.
+//
+// A Queue is safe for concurrent use by many posters and many dequeuers.
+// Its zero value is not usable: create queues with New. Events are copied
+// in and out by value; the queue clears a slot when its event is dequeued,
+// so it holds no reference to a dequeued event.
+//
+// Capacity accounting: of the Cap() slots, Len() hold queued events,
+// Reserved() are promised to holders of reservations, and the rest are
+// free. Post and PostBatch use only free slots; PostReserved uses a
+// reserved one. Len()+Reserved() <= Cap() always holds.
+type Queue[T any] struct {
+	mu       sync.Mutex
+	buf      []T // ring; len(buf) is the capacity
+	head     int // index of the oldest event
+	n        int // number of queued events
+	reserved int // slots promised by Reserve and not yet used
+	closed   bool
+
+	// Blocked waiters, guarded by mu. A registered waiter is on the list
+	// and has not been signalled. A signalled waiter has been taken off the
+	// list and sent its token; until it runs again, its claim (the events
+	// it counts on taking) is part of claimed.
+	waitHead, waitTail *waiter
+	nwait              int     // registered waiters
+	minWant            int     // <= least min of registered waiters; MaxInt if none
+	claimed            int     // sum of the claims of signalled waiters
+	free               *waiter // reusable waiters
+
+	// Lock-free view for spinning waiters. avail mirrors n while
+	// spinners > 0 (a spinner stores it under mu when it starts).
+	spinners atomic.Int32
+	avail    atomic.Int64
+	isClosed atomic.Bool
+	closedCh chan struct{} // closed by Close
+
+	mode     WaitMode
+	spin     time.Duration
+	spinIter int
+}
+
+// waiter is one goroutine blocked in a waiting operation. Waiters are
+// reused through the queue's free list, so blocking does not allocate once
+// the queue has seen as many concurrent waiters.
+type waiter struct {
+	ch         chan struct{} // capacity 1: the wake token, one or none
+	timer      *time.Timer   // created on first use, stopped when idle
+	min        int           // events needed to wake: min of Dequeue, 1 for Wait
+	claim      int           // events it expects to take: min, 0 for Wait
+	queued     bool          // on the waiter list
+	prev, next *waiter
+}
+
+// New returns an empty queue that holds up to depth events.
+// It returns ErrInvalid if depth <= 0, opts.Mode is unknown or
+// opts.SpinTime is negative.
+func New[T any](depth int, opts Options) (*Queue[T], error) {
+	if depth <= 0 {
+		return nil, fmt.Errorf("%w: event queue depth %d", ErrInvalid, depth)
+	}
+	mode := opts.Mode
+	if mode == 0 {
+		mode = Adaptive
+	}
+	if mode > Notify {
+		return nil, fmt.Errorf("%w: wait mode %v", ErrInvalid, mode)
+	}
+	spin := opts.SpinTime
+	if spin < 0 {
+		return nil, fmt.Errorf("%w: spin time %v", ErrInvalid, spin)
+	}
+	if spin == 0 {
+		spin = DefaultSpinTime
+	}
+	q := &Queue[T]{
+		buf:      make([]T, depth),
+		minWant:  math.MaxInt,
+		closedCh: make(chan struct{}),
+		mode:     mode,
+		spin:     spin,
+		spinIter: max(1, int(spin/spinIterCost)),
+	}
+	return q, nil
+}
+
+// Mode returns the queue's wait mode (Adaptive when Options.Mode was zero).
+func (q *Queue[T]) Mode() WaitMode { return q.mode }
+
+// Cap returns the queue's depth, the number of events it can hold.
+func (q *Queue[T]) Cap() int { return len(q.buf) }
+
+// Len returns the number of queued events.
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	n := q.n
+	q.mu.Unlock()
+	return n
+}
+
+// Reserved returns the number of slots held by reservations.
+func (q *Queue[T]) Reserved() int {
+	q.mu.Lock()
+	r := q.reserved
+	q.mu.Unlock()
+	return r
+}
+
+// Post appends ev to the queue using a free, unreserved slot. It never
+// blocks and does not allocate. It returns ErrFull, without queuing ev, if
+// Len()+Reserved() == Cap(), and ErrClosed after Close. Post never uses a
+// reservation; see PostReserved.
+func (q *Queue[T]) Post(ev T) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	if q.n+q.reserved >= len(q.buf) {
+		q.mu.Unlock()
+		return ErrFull
+	}
+	q.pushLocked(ev)
+	q.postedLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+// PostBatch appends as many events of evs, in order, as there are free
+// unreserved slots, and returns how many it queued. If not all fit it
+// returns ErrFull: evs[n:] were not queued. After Close it returns 0,
+// ErrClosed. Like Post it never blocks.
+func (q *Queue[T]) PostBatch(evs []T) (int, error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return 0, ErrClosed
+	}
+	k := min(len(evs), len(q.buf)-q.n-q.reserved)
+	for _, ev := range evs[:k] {
+		q.pushLocked(ev)
+	}
+	if k > 0 {
+		q.postedLocked()
+	}
+	q.mu.Unlock()
+	if k < len(evs) {
+		return k, ErrFull
+	}
+	return k, nil
+}
+
+// Reserve sets aside n free slots for n later calls of PostReserved, which
+// then cannot fail with ErrFull. It returns ErrFull, reserving nothing, if
+// Len()+Reserved()+n > Cap(); ErrInvalid if n < 0; ErrClosed after Close.
+// Reserve(0) does nothing. Reserved slots are not free: Post and PostBatch
+// cannot use them.
+//
+// A reservation is used once: PostReserved turns one reserved slot into a
+// queued event, and when that event is dequeued its slot becomes free, not
+// reserved again. The queue keeps only the total of reservations, so each
+// producer keeps its own count. The intended use is a producer that
+// promises one event per request it accepts (a queue pair promises one
+// completion per work request): it calls Reserve(1) when it accepts a
+// request, or Reserve(N) for N requests at once, and refuses the requests
+// while Reserve returns ErrFull; it posts each event with PostReserved; on
+// teardown it calls Unreserve with the number of requests that will never
+// post their event.
+func (q *Queue[T]) Reserve(n int) error {
+	if n < 0 {
+		return ErrInvalid
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	if n > len(q.buf)-q.n-q.reserved {
+		return ErrFull
+	}
+	q.reserved += n
+	return nil
+}
+
+// Unreserve gives back n reservations that will not be used, making their
+// slots free for Post. It may be called after Close. Unreserve(0) does
+// nothing. It panics if n is negative or more than Reserved(): giving back
+// slots that were never reserved is a bookkeeping bug in the caller, like a
+// negative sync.WaitGroup counter.
+func (q *Queue[T]) Unreserve(n int) {
+	q.mu.Lock()
+	if n < 0 || n > q.reserved {
+		r := q.reserved
+		q.mu.Unlock()
+		panic(fmt.Sprintf("eventq: Unreserve(%d) with %d reserved", n, r))
+	}
+	q.reserved -= n
+	q.mu.Unlock()
+}
+
+// PostReserved appends ev using one reservation made by Reserve. If a
+// reservation is held it always consumes it, whatever it returns; so a
+// producer that reserved N slots may call PostReserved N times and never
+// gets ErrFull. It returns ErrClosed after Close (the reservation is
+// consumed and ev is not queued), and ErrInvalid, queuing nothing, if no
+// reservation is held. Like Post it never blocks and does not allocate.
+func (q *Queue[T]) PostReserved(ev T) error {
+	q.mu.Lock()
+	if q.reserved == 0 {
+		q.mu.Unlock()
+		return errNoReservation
+	}
+	q.reserved--
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	// Len()+Reserved() <= Cap() held with the reservation, so there is room.
+	q.pushLocked(ev)
+	q.postedLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+// TryDequeue moves up to len(events) queued events, oldest first, into
+// events and returns how many it moved. It never waits. On a closed queue
+// it still returns the events that remain.
+func (q *Queue[T]) TryDequeue(events []T) int {
+	q.mu.Lock()
+	k := q.takeLocked(events)
+	q.mu.Unlock()
+	return k
+}
+
+// Dequeue moves queued events, oldest first, into events once at least min
+// are queued, and returns how many it moved: at least min and at most
+// len(events).
+//
+// The wait ends early in two cases:
+//   - timeout expires: Dequeue moves what is queued (possibly fewer than
+//     min, possibly none) and returns ErrTimeout, which satisfies
+//     errors.Is(err, os.ErrDeadlineExceeded);
+//   - the queue is closed: Dequeue moves what is queued, up to len(events),
+//     and returns a nil error, even if fewer than min; once the closed
+//     queue is empty it returns 0, ErrClosed.
+//
+// timeout < 0 waits without limit. timeout == 0 never waits: with fewer
+// than min events queued it moves those and returns ErrTimeout at once.
+// min == 0 is a poll that never fails with ErrTimeout. How Dequeue waits is
+// set by the queue's WaitMode. It returns ErrInvalid, moving nothing, if
+// min < 0 or min > len(events).
+func (q *Queue[T]) Dequeue(events []T, min int, timeout time.Duration) (int, error) {
+	if min < 0 || min > len(events) {
+		return 0, ErrInvalid
+	}
+	q.mu.Lock()
+	if k, ok, err := q.tryLocked(events, min, false); ok {
+		q.mu.Unlock()
+		return k, err
+	}
+	if timeout == 0 {
+		k := q.takeLocked(events)
+		q.mu.Unlock()
+		return k, ErrTimeout
+	}
+	q.mu.Unlock()
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	return q.wait(events, min, false, deadline, timeout > 0, nil)
+}
+
+// DequeueContext is Dequeue bounded by ctx instead of a timeout. When ctx
+// is done before min events are queued it moves what is queued (possibly
+// fewer than min) and returns an error that wraps ctx.Err(), so
+// errors.Is(err, context.Canceled) or errors.Is(err,
+// context.DeadlineExceeded) holds. If min events are already queued it
+// returns them even when ctx is done. A nil ctx is ErrInvalid.
+func (q *Queue[T]) DequeueContext(ctx context.Context, events []T, min int) (int, error) {
+	if ctx == nil || min < 0 || min > len(events) {
+		return 0, ErrInvalid
+	}
+	q.mu.Lock()
+	if k, ok, err := q.tryLocked(events, min, false); ok {
+		q.mu.Unlock()
+		return k, err
+	}
+	q.mu.Unlock()
+	return q.wait(events, min, false, time.Time{}, false, ctx)
+}
+
+// Wait waits, in the queue's WaitMode, until the queue holds an event, is
+// closed, or ctx is done, and dequeues nothing. It returns nil if the queue
+// holds an event (even if it is closed), ErrClosed if it is closed and
+// empty, and an error wrapping ctx.Err() if ctx is done first. Another
+// dequeuer may take the event before the caller does. A nil ctx is
+// ErrInvalid.
+func (q *Queue[T]) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return ErrInvalid
+	}
+	q.mu.Lock()
+	if _, ok, err := q.tryLocked(nil, 1, true); ok {
+		q.mu.Unlock()
+		return err
+	}
+	q.mu.Unlock()
+	_, err := q.wait(nil, 1, true, time.Time{}, false, ctx)
+	return err
+}
+
+// Close closes the queue and never blocks. Every waiter wakes: it returns
+// the events still queued, if any, and otherwise ErrClosed. Events queued
+// before Close stay dequeuable until drained; Post, PostBatch, PostReserved
+// and Reserve fail with ErrClosed. Unreserve keeps working. Close returns
+// nil the first time and ErrClosed after that.
+func (q *Queue[T]) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	q.closed = true
+	q.isClosed.Store(true)
+	close(q.closedCh)
+	return nil
+}
+
+// pushLocked appends ev. The caller has checked that there is room.
+func (q *Queue[T]) pushLocked(ev T) {
+	i := q.head + q.n
+	if i >= len(q.buf) {
+		i -= len(q.buf)
+	}
+	q.buf[i] = ev
+	q.n++
+}
+
+// postedLocked tells spinning and blocked waiters that events were added.
+func (q *Queue[T]) postedLocked() {
+	if q.spinners.Load() > 0 {
+		q.avail.Store(int64(q.n))
+	}
+	if q.nwait > 0 && q.n >= q.minWant {
+		q.wakeLocked()
+	}
+}
+
+// takeLocked moves up to len(events) events into events.
+func (q *Queue[T]) takeLocked(events []T) int {
+	k := min(len(events), q.n)
+	if k == 0 {
+		return 0
+	}
+	end := q.head + k
+	if end <= len(q.buf) {
+		copy(events, q.buf[q.head:end])
+		clear(q.buf[q.head:end])
+	} else {
+		c := copy(events, q.buf[q.head:])
+		clear(q.buf[q.head:])
+		copy(events[c:k], q.buf[:k-c])
+		clear(q.buf[:k-c])
+		end = k - c
+	}
+	if end == len(q.buf) {
+		end = 0
+	}
+	q.head = end
+	q.n -= k
+	if q.spinners.Load() > 0 {
+		q.avail.Store(int64(q.n))
+	}
+	return k
+}
+
+// tryLocked finishes a waiting operation if it can: done is true with the
+// operation's result. A peek (Wait) moves nothing.
+func (q *Queue[T]) tryLocked(events []T, min int, peek bool) (k int, done bool, err error) {
+	if q.n == 0 && q.closed {
+		return 0, true, ErrClosed
+	}
+	if q.n >= min || q.closed {
+		if peek {
+			return 0, true, nil
+		}
+		return q.takeLocked(events), true, nil
+	}
+	return 0, false, nil
+}
+
+// expireLocked ends a wait whose timeout or context expired: if the
+// operation can finish normally it does; otherwise a dequeue moves what is
+// queued and cause is returned.
+func (q *Queue[T]) expireLocked(events []T, min int, peek bool, cause error) (int, error) {
+	if k, ok, err := q.tryLocked(events, min, peek); ok {
+		return k, err
+	}
+	if peek {
+		return 0, cause
+	}
+	return q.takeLocked(events), cause
+}
+
+// wait runs the waiting part of Dequeue, DequeueContext and Wait after
+// their first check failed: it spins (Adaptive, BusyPoll), then blocks
+// (Adaptive, Notify). ctx may be nil; hasDeadline says whether deadline is
+// set.
+func (q *Queue[T]) wait(events []T, min int, peek bool, deadline time.Time, hasDeadline bool, ctx context.Context) (int, error) {
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	if q.mode != Notify {
+		if k, ok, err := q.spinWait(events, min, peek, deadline, hasDeadline, ctx, done); ok {
+			return k, err
+		}
+	}
+	return q.blockWait(events, min, peek, deadline, hasDeadline, ctx, done)
+}
+
+// spinWait re-checks the queue, yielding between checks, until the
+// operation finishes (ok is true) or, in Adaptive mode, the spin time is
+// used up (ok is false).
+func (q *Queue[T]) spinWait(events []T, min int, peek bool, deadline time.Time, hasDeadline bool, ctx context.Context, done <-chan struct{}) (k int, ok bool, err error) {
+	need := int64(max(min, 1))
+	q.spinners.Add(1)
+	defer q.spinners.Add(-1)
+	q.mu.Lock()
+	if k, ok, err := q.tryLocked(events, min, peek); ok {
+		q.mu.Unlock()
+		return k, true, err
+	}
+	q.avail.Store(int64(q.n))
+	q.mu.Unlock()
+
+	start := time.Now()
+	for i := 0; ; i++ {
+		if q.avail.Load() >= need || q.isClosed.Load() {
+			q.mu.Lock()
+			k, ok, err := q.tryLocked(events, min, peek)
+			q.mu.Unlock()
+			if ok {
+				return k, true, err
+			}
+		}
+		if done != nil {
+			select {
+			case <-done:
+				q.mu.Lock()
+				k, err := q.expireLocked(events, min, peek, ctxError(ctx))
+				q.mu.Unlock()
+				return k, true, err
+			default:
+			}
+		}
+		now := time.Now()
+		if hasDeadline && !now.Before(deadline) {
+			q.mu.Lock()
+			k, err := q.expireLocked(events, min, peek, ErrTimeout)
+			q.mu.Unlock()
+			return k, true, err
+		}
+		if q.mode == Adaptive && (i >= q.spinIter || now.Sub(start) >= q.spin) {
+			return 0, false, nil
+		}
+		runtime.Gosched()
+	}
+}
+
+// blockWait registers a waiter and sleeps until it is signalled, the queue
+// is closed, the deadline passes or ctx is done, re-checking after each
+// wake-up.
+func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time, hasDeadline bool, ctx context.Context, done <-chan struct{}) (int, error) {
+	claim := min
+	if peek {
+		claim = 0
+	}
+	need := max(min, 1)
+
+	q.mu.Lock()
+	w := q.getWaiterLocked()
+	var timerC <-chan time.Time
+	if hasDeadline {
+		d := time.Until(deadline)
+		if d <= 0 {
+			k, err := q.expireLocked(events, min, peek, ErrTimeout)
+			q.putWaiterLocked(w)
+			q.mu.Unlock()
+			return k, err
+		}
+		if w.timer == nil {
+			w.timer = time.NewTimer(d)
+		} else {
+			w.timer.Reset(d)
+		}
+		timerC = w.timer.C
+	}
+	for {
+		if k, ok, err := q.tryLocked(events, min, peek); ok {
+			q.putWaiterLocked(w)
+			q.passOnLocked()
+			q.mu.Unlock()
+			return k, err
+		}
+		q.addWaiterLocked(w, need, claim)
+		q.mu.Unlock()
+
+		var cause error
+		woken := false
+		select {
+		case <-w.ch:
+			woken = true
+		case <-q.closedCh:
+		case <-timerC:
+			cause = ErrTimeout
+		case <-done:
+			cause = ctxError(ctx)
+		}
+
+		q.mu.Lock()
+		q.detachLocked(w, woken)
+		if cause != nil {
+			k, err := q.expireLocked(events, min, peek, cause)
+			q.putWaiterLocked(w)
+			q.passOnLocked()
+			q.mu.Unlock()
+			return k, err
+		}
+	}
+}
+
+// getWaiterLocked returns an idle waiter from the free list or a new one.
+func (q *Queue[T]) getWaiterLocked() *waiter {
+	w := q.free
+	if w == nil {
+		return &waiter{ch: make(chan struct{}, 1)}
+	}
+	q.free = w.next
+	w.next = nil
+	return w
+}
+
+// putWaiterLocked returns a detached waiter to the free list.
+func (q *Queue[T]) putWaiterLocked(w *waiter) {
+	if w.timer != nil {
+		w.timer.Stop() // no stale tick can be received after Stop
+	}
+	w.next = q.free
+	q.free = w
+}
+
+// addWaiterLocked registers w at the tail of the waiter list.
+func (q *Queue[T]) addWaiterLocked(w *waiter, need, claim int) {
+	w.min, w.claim, w.queued = need, claim, true
+	w.prev, w.next = q.waitTail, nil
+	if q.waitTail == nil {
+		q.waitHead = w
+	} else {
+		q.waitTail.next = w
+	}
+	q.waitTail = w
+	q.nwait++
+	q.minWant = min(q.minWant, need)
+}
+
+// removeLocked takes a registered waiter off the list. minWant stays a
+// lower bound; wakeLocked recomputes it.
+func (q *Queue[T]) removeLocked(w *waiter) {
+	if w.prev == nil {
+		q.waitHead = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.waitTail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	q.nwait--
+	if q.nwait == 0 {
+		q.minWant = math.MaxInt
+	}
+}
+
+// detachLocked undoes w's registration after it woke for any reason;
+// woken says whether it received its token. A still registered waiter
+// leaves the list. A signalled one drops its claim and, if it woke for
+// another reason, consumes its token (sent under mu, so it is there), so
+// that w.ch is empty when w is next registered.
+func (q *Queue[T]) detachLocked(w *waiter, woken bool) {
+	if w.queued {
+		q.removeLocked(w)
+		return
+	}
+	if !woken {
+		<-w.ch
+	}
+	q.claimed -= w.claim
+}
+
+// passOnLocked wakes registered waiters that the current state satisfies.
+// Every waiter calls it when it leaves, so events it was woken for but did
+// not take reach the next waiter.
+func (q *Queue[T]) passOnLocked() {
+	if q.nwait > 0 && q.n >= q.minWant {
+		q.wakeLocked()
+	}
+}
+
+// wakeLocked signals, in arrival order, each registered waiter whose min is
+// met and whose claim fits in the events not yet claimed by signalled
+// waiters; waiters it skips wait for a later Post or for a signalled waiter
+// to pass on what it leaves. It recomputes minWant.
+func (q *Queue[T]) wakeLocked() {
+	budget := q.n - q.claimed
+	low := math.MaxInt
+	for w := q.waitHead; w != nil; {
+		next := w.next
+		if w.min <= q.n && w.claim <= budget {
+			budget -= w.claim
+			q.claimed += w.claim
+			q.removeLocked(w)
+			w.ch <- struct{}{} // never blocks: the token was consumed before w re-registered
+		} else {
+			low = min(low, w.min)
+		}
+		w = next
+	}
+	q.minWant = low
+}
