@@ -309,10 +309,11 @@ func (q *Queue[T]) DequeueContext(ctx context.Context, events []T, min int) (int
 
 // Wait waits, in the queue's WaitMode, until the queue holds an event, is
 // closed, or ctx is done, and dequeues nothing. It returns nil if the queue
-// holds an event (even if it is closed), ErrClosed if it is closed and
-// empty, and an error wrapping ctx.Err() if ctx is done first. Another
-// dequeuer may take the event before the caller does. A nil ctx is
-// ErrInvalid.
+// holds an event (even if it is closed) or an event was posted while it
+// waited; ErrClosed if the queue is closed and empty; and an error wrapping
+// ctx.Err() if ctx is done first. Other dequeuers may have taken the event
+// by the time the caller looks, as with a completion-queue notification. A
+// nil ctx is ErrInvalid.
 func (q *Queue[T]) Wait(ctx context.Context) error {
 	if ctx == nil {
 		return ErrInvalid
@@ -522,6 +523,9 @@ func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time,
 			return k, err
 		}
 		q.addWaiterLocked(w, need, claim)
+		// If w was signalled and found its events taken, the events it
+		// claimed may satisfy a waiter that was skipped for them.
+		q.passOnLocked()
 		q.mu.Unlock()
 
 		var cause error
@@ -538,6 +542,14 @@ func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time,
 
 		q.mu.Lock()
 		q.detachLocked(w, woken)
+		if peek && woken {
+			// Wait reports that an event arrived, even if another
+			// dequeuer has taken it since.
+			q.putWaiterLocked(w)
+			q.passOnLocked()
+			q.mu.Unlock()
+			return 0, nil
+		}
 		if cause != nil {
 			k, err := q.expireLocked(events, min, peek, cause)
 			q.putWaiterLocked(w)
