@@ -51,7 +51,8 @@ const (
 )
 
 // MaxRegions is the capacity of a Table: the number of regions it can hold
-// registered at once. Slot 0 is reserved so that no key is 0.
+// registered at once, 16383 (2^14 slots, of which slot 0 is reserved so that
+// no key is 0).
 const MaxRegions = 1<<slotBits - 1
 
 // keyGen derives region keys. It is not safe for concurrent use: the Table

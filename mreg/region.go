@@ -64,7 +64,7 @@ func (r *Region) RKey() Key { return r.rkey }
 
 // Addr returns the virtual address of the first byte of the registered
 // buffer. Peers name bytes of the region by addresses in
-// [Addr(), Addr()+Len()].
+// [Addr(), Addr()+Len()).
 func (r *Region) Addr() uint64 { return r.addr }
 
 // Len returns the length of the registered buffer in bytes.
