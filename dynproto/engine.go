@@ -777,7 +777,14 @@ func (e *Engine) completeRecv(out []Action, err error) []Action {
 
 // CanCopy reports whether Copy would move data out of the stream buffer.
 func (e *Engine) CanCopy() bool {
-	return !e.dead && e.recvs.len() > 0 && (e.br > 0 || e.segs.len() > 0)
+	if e.dead || e.recvs.len() == 0 {
+		return false
+	}
+	if e.cfg.Type == SeqPacket {
+		// After a too-long message, copying waits for its ACK to go.
+		return e.segs.len() > 0 && !e.ackTooLong
+	}
+	return e.br > 0
 }
 
 // Copy copies data from the stream buffer into posted recvs (algorithm 4),
