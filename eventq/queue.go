@@ -660,6 +660,19 @@ func (q *Queue[T]) passOnLocked() {
 	}
 }
 
+// Wake-up protocol. The invariant, true whenever mu is released: if a
+// registered waiter is satisfiable (its min <= n), then claimed > 0: a
+// signalled waiter has not run yet and will pass the events on. It holds
+// because
+//   - every Post that adds events calls wakeLocked when a registered waiter
+//     may be satisfiable (n >= minWant, a lower bound of their mins);
+//   - wakeLocked skips a satisfiable waiter only when the events are
+//     claimed by signalled waiters;
+//   - a signalled waiter, when it runs, drops its claim and calls
+//     passOnLocked, whether it leaves or registers again;
+//   - every other change lowers n, which cannot make a waiter satisfiable.
+// TestNoLostWakeups checks it at every quiescent point of random runs.
+
 // wakeLocked signals, in arrival order, each registered waiter whose min is
 // met and whose claim fits in the events not yet claimed by signalled
 // waiters; waiters it skips wait for a later Post or for a signalled waiter
