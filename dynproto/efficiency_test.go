@@ -73,3 +73,49 @@ func TestSenderNeverWaitsWithRoom(t *testing.T) {
 		t.Fatalf("%d bytes went directly with no recv posted ahead", st.BytesDirect)
 	}
 }
+
+// TestDirectAgainAfterIndirectPhase: the sender starts before the receiver's
+// ADVERTs reach it, so the connection begins in an indirect phase; with recvs
+// kept posted ahead from then on, the protocol must return to direct
+// transfers and stay there.
+func TestDirectAgainAfterIndirectPhase(t *testing.T) {
+	cfg := scenarioConfig()
+	cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 1<<16, 1<<16, 0
+	cfg.Frames, cfg.PeerFrames = 64, 64
+	p := newPair(t, cfg)
+	const size, ahead, sends = 4096, 32, 2000
+	next := uint64(0)
+	for ; next < ahead; next++ {
+		p.recv(next, size, false)
+	}
+	// Four sends overtake the ADVERTs.
+	for i := range 4 {
+		p.send(uint64(i), size)
+	}
+	var before dynproto.Stats
+	for i := 4; i < sends; i++ {
+		if err := p.deliverAll(); err != nil {
+			t.Fatal(err)
+		}
+		if i == sends/2 {
+			before = p.S.Stats()
+		}
+		p.send(uint64(i), size)
+		for next < uint64(p.recvsDone+ahead) {
+			p.recv(next, size, false)
+			next++
+		}
+	}
+	if err := p.deliverAll(); err != nil {
+		t.Fatal(err)
+	}
+	after := p.S.Stats()
+	if after.BytesIndirect == 0 {
+		t.Fatal("the connection never went indirect: the test does not test what it says")
+	}
+	direct := after.BytesDirect - before.BytesDirect
+	total := direct + after.BytesIndirect - before.BytesIndirect
+	if frac := float64(direct) / float64(total); frac < 0.99 {
+		t.Fatalf("second half: %.1f%% of bytes direct, want at least 99%% (stats %+v)", 100*frac, after)
+	}
+}
