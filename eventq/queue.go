@@ -54,7 +54,6 @@ type Queue[T any] struct {
 	spinners atomic.Int32
 	avail    atomic.Int64
 	isClosed atomic.Bool
-	closedCh chan struct{} // closed by Close
 
 	mode     WaitMode
 	spin     time.Duration
@@ -97,7 +96,6 @@ func New[T any](depth int, opts Options) (*Queue[T], error) {
 	q := &Queue[T]{
 		buf:      make([]T, depth),
 		minWant:  math.MaxInt,
-		closedCh: make(chan struct{}),
 		mode:     mode,
 		spin:     spin,
 		spinIter: max(1, int(spin/spinIterCost)),
@@ -345,7 +343,15 @@ func (q *Queue[T]) Close() error {
 	}
 	q.closed = true
 	q.isClosed.Store(true)
-	close(q.closedCh)
+	// Signal every registered waiter; each finds the queue closed when it
+	// runs and registers no more. Spinning waiters watch isClosed.
+	for w := q.waitHead; w != nil; {
+		next := w.next
+		q.claimed += w.claim
+		q.removeLocked(w)
+		w.ch <- struct{}{}
+		w = next
+	}
 	return nil
 }
 
@@ -551,21 +557,26 @@ func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time,
 
 		var cause error
 		woken := false
-		select {
-		case <-w.ch:
+		if timerC == nil && done == nil {
+			<-w.ch // a plain receive is cheaper than a select
 			woken = true
-		case <-q.closedCh:
-		case <-timerC:
-			cause = ErrTimeout
-		case <-done:
-			cause = ctxError(ctx)
+		} else {
+			select {
+			case <-w.ch:
+				woken = true
+			case <-timerC:
+				cause = ErrTimeout
+			case <-done:
+				cause = ctxError(ctx)
+			}
 		}
 
 		q.mu.Lock()
 		q.detachLocked(w, woken)
-		if peek && woken {
+		if peek && woken && !q.closed {
 			// Wait reports that an event arrived, even if another
-			// dequeuer has taken it since.
+			// dequeuer has taken it since. (Close wakes waiters too; they
+			// report ErrClosed below if the queue is empty.)
 			q.putWaiterLocked(w)
 			q.passOnLocked()
 			q.mu.Unlock()
