@@ -9,10 +9,11 @@
 //
 // Posting never blocks and never drops an event silently: Post on a full
 // queue returns ErrFull. A producer that must never see ErrFull (a queue
-// pair with N outstanding work requests, each of which will complete) calls
-// Reserve(N) up front, posts each completion with PostReserved, and gives
-// back what it did not use with Unreserve. See Queue.Reserve for the exact
-// accounting.
+// pair whose work requests each complete once) reserves a slot for each
+// event it promises, with Reserve(N) for N requests up front or Reserve(1)
+// as it accepts each one, posts each event with PostReserved, and gives
+// back the reservations it will not use with Unreserve. Each reservation is
+// used once. See Queue.Reserve for the exact accounting.
 //
 // # Dequeuing and waiting
 //
