@@ -9,29 +9,9 @@ import (
 // TestDirectWhenRecvsPostedAhead: in dynamic mode, with recvs posted well
 // ahead of the sends, nearly every byte goes directly.
 func TestDirectWhenRecvsPostedAhead(t *testing.T) {
-	cfg := scenarioConfig()
-	cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 1<<16, 1<<16, 0
-	cfg.Frames, cfg.PeerFrames = 64, 64
-	p := newPair(t, cfg)
-	const size, ahead, sends = 4096, 32, 2000
-	next := uint64(0)
-	for ; next < ahead; next++ {
-		p.recv(next, size, false)
-	}
-	for i := range sends {
-		if err := p.deliverAll(); err != nil {
-			t.Fatal(err)
-		}
-		p.send(uint64(i), size)
-		// Repost a recv for each one completed.
-		for next < uint64(p.recvsDone+ahead) {
-			p.recv(next, size, false)
-			next++
-		}
-	}
-	if err := p.deliverAll(); err != nil {
-		t.Fatal(err)
-	}
+	const size, sends = 4096, 2000
+	p := recvsAhead(t)
+	p.stream(0, sends, size, nil)
 	st := p.S.Stats()
 	total := st.BytesDirect + st.BytesIndirect
 	if total != sends*size {
@@ -79,36 +59,18 @@ func TestSenderNeverWaitsWithRoom(t *testing.T) {
 // kept posted ahead from then on, the protocol must return to direct
 // transfers and stay there.
 func TestDirectAgainAfterIndirectPhase(t *testing.T) {
-	cfg := scenarioConfig()
-	cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 1<<16, 1<<16, 0
-	cfg.Frames, cfg.PeerFrames = 64, 64
-	p := newPair(t, cfg)
-	const size, ahead, sends = 4096, 32, 2000
-	next := uint64(0)
-	for ; next < ahead; next++ {
-		p.recv(next, size, false)
-	}
+	const size, sends = 4096, 2000
+	p := recvsAhead(t)
 	// Four sends overtake the ADVERTs.
 	for i := range 4 {
 		p.send(uint64(i), size)
 	}
 	var before dynproto.Stats
-	for i := 4; i < sends; i++ {
-		if err := p.deliverAll(); err != nil {
-			t.Fatal(err)
-		}
+	p.stream(4, sends, size, func(i int) {
 		if i == sends/2 {
 			before = p.S.Stats()
 		}
-		p.send(uint64(i), size)
-		for next < uint64(p.recvsDone+ahead) {
-			p.recv(next, size, false)
-			next++
-		}
-	}
-	if err := p.deliverAll(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	after := p.S.Stats()
 	if after.BytesIndirect == 0 {
 		t.Fatal("the connection never went indirect: the test does not test what it says")
@@ -117,5 +79,41 @@ func TestDirectAgainAfterIndirectPhase(t *testing.T) {
 	total := direct + after.BytesIndirect - before.BytesIndirect
 	if frac := float64(direct) / float64(total); frac < 0.99 {
 		t.Fatalf("second half: %.1f%% of bytes direct, want at least 99%% (stats %+v)", 100*frac, after)
+	}
+}
+
+const ahead = 32
+
+// recvsAhead returns a pair whose receiver has 32 recvs of 4 KiB posted, their
+// ADVERTs not yet delivered.
+func recvsAhead(t *testing.T) *pair {
+	cfg := scenarioConfig()
+	cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 1<<16, 1<<16, 0
+	cfg.Frames, cfg.PeerFrames = 64, 64
+	p := newPair(t, cfg)
+	for i := range ahead {
+		p.recv(uint64(i), 4096, false)
+	}
+	return p
+}
+
+// stream sends sends from..to-1 of size bytes, delivering everything before
+// each and keeping 32 recvs posted ahead; each(i) runs before send i.
+func (p *pair) stream(from, to, size int, each func(i int)) {
+	p.t.Helper()
+	for i := from; i < to; i++ {
+		if err := p.deliverAll(); err != nil {
+			p.t.Fatal(err)
+		}
+		if each != nil {
+			each(i)
+		}
+		p.send(uint64(i), size)
+		for p.nextRecv < uint64(p.recvsDone+ahead) {
+			p.recv(p.nextRecv, size, false)
+		}
+	}
+	if err := p.deliverAll(); err != nil {
+		p.t.Fatal(err)
 	}
 }

@@ -86,25 +86,9 @@ func FuzzEngine(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var moves []sim.Move
-		for steps := 0; ; steps++ {
-			moves = w.Moves(moves[:0])
-			if len(moves) == 0 {
-				break
-			}
-			if steps > 100000 {
-				t.Fatal("no end")
-			}
-			// Fuzzer bytes pick moves while they last, then the
-			// first enabled move, so that every input runs to the end.
-			m := moves[int(r.next())%len(moves)]
-			if err := w.Step(m); err != nil {
-				t.Fatalf("step %d (%v): %v\n%s", steps, m, err, w.Describe())
-			}
-		}
-		if err := w.Finished(); err != nil {
-			t.Fatalf("%v\n%s", err, w.Describe())
-		}
+		// Fuzzer bytes pick moves while they last, then the first
+		// enabled move, so that every input runs to the end.
+		runRandom(t, w, func(n int) int { return int(r.next()) % n }, nil)
 	})
 }
 

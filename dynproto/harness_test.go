@@ -15,8 +15,9 @@ type pair struct {
 	ctl  []dynproto.Frame // R -> S
 	// Actions each side emitted at its last input.
 	sOut, rOut []dynproto.Action
-	writes     int // writes S emitted and not yet reported done
-	recvsDone  int // RecvDone actions R emitted so far
+	writes     int    // writes S emitted and not yet reported done
+	recvsDone  int    // RecvDone actions R emitted so far
+	nextRecv   uint64 // one more than the highest recv id posted
 }
 
 func newPair(t *testing.T, cfg dynproto.Config) *pair {
@@ -60,8 +61,11 @@ func (p *pair) fromR(acts []dynproto.Action) {
 	}
 }
 
-func (p *pair) send(id uint64, n int)               { p.fromS(p.S.PostSend(nil, id, n)) }
-func (p *pair) recv(id uint64, n int, waitAll bool) { p.fromR(p.R.PostRecv(nil, id, n, waitAll)) }
+func (p *pair) send(id uint64, n int) { p.fromS(p.S.PostSend(nil, id, n)) }
+func (p *pair) recv(id uint64, n int, waitAll bool) {
+	p.nextRecv = max(p.nextRecv, id+1)
+	p.fromR(p.R.PostRecv(nil, id, n, waitAll))
+}
 
 func (p *pair) doneWrites() {
 	p.t.Helper()
