@@ -1,0 +1,389 @@
+package proofs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/dynproto/sim"
+)
+
+// ErrTooManyStates reports that a check reached Options.MaxStates before it
+// had explored every reachable state: the configuration was not verified.
+// Test for it with errors.Is.
+var ErrTooManyStates = errors.New("exs: state-space bound reached before the check completed")
+
+// Options tunes a check. The zero value checks with GOMAXPROCS workers and
+// no bound on the number of states. Check only reads it.
+type Options struct {
+	// Workers is the number of goroutines expanding states; 0 means
+	// GOMAXPROCS. The result does not depend on it.
+	Workers int
+	// MaxStates stops the check with ErrTooManyStates once this many
+	// distinct states have been found; 0 means no bound.
+	MaxStates int
+	// Progress, when non-nil, is called after each breadth-first level with
+	// the depth reached and the states found so far.
+	Progress func(depth, states int)
+}
+
+// Result is what a check found. It is a plain value (the zero value is an
+// empty check's); Violation, if set, is not shared with the checker.
+type Result struct {
+	States      int // distinct reachable states
+	Transitions int // moves taken (edges explored, including those to states seen before)
+	MaxDepth    int // length of the longest shortest path from the initial state
+	Quiescent   int // distinct states with no move enabled (each one checked for liveness)
+	// CaughtUp[i] counts the distinct states in which endpoint i's receiver
+	// is caught up, where the efficiency invariant has something to say.
+	CaughtUp [2]int
+	MaxPhase dynproto.Phase // highest phase any engine reached
+	// DirectAgain[i] reports that some reachable state has endpoint i's
+	// sender in a direct phase after an indirect one other than the first
+	// (P_S direct and at least 3): the protocol returned to direct
+	// transfers after falling back to the stream buffer.
+	DirectAgain [2]bool
+	Elapsed     time.Duration
+	// Violation is the first property violation found, with a shortest
+	// trace leading to it; nil if every reachable state satisfies every
+	// property.
+	Violation *Violation
+}
+
+// Violation is a property violation together with a shortest sequence of
+// moves from the initial state that exhibits it. Replay(v.Spec, v.Moves, ...)
+// reproduces it. It is a plain value, safe to read concurrently.
+type Violation struct {
+	Spec  Spec
+	Moves []sim.Move
+	Err   error
+}
+
+// Error describes the violation and the length of its trace.
+func (v *Violation) Error() string {
+	return fmt.Sprintf("exs: violation after %d moves: %v", len(v.Moves), v.Err)
+}
+
+// Unwrap returns the property's error.
+func (v *Violation) Unwrap() error { return v.Err }
+
+// Property errors, wrapped by the error of a Violation. Safety violations
+// found by the simulation itself (sim.World.Step) are wrapped by ErrSafety.
+var (
+	// ErrSafety: a step broke a safety property the simulation checks
+	// (stream integrity, writes into the wrong buffer, stream-buffer overrun,
+	// phases going back, sends completing wrongly, an engine's protocol
+	// error).
+	ErrSafety = errors.New("exs: safety violated")
+	// ErrLiveness: a state with no move enabled in which something is
+	// stranded (a send never completes, a byte is never delivered).
+	ErrLiveness = errors.New("exs: liveness violated")
+	// ErrEfficiency: a receiver that is caught up (stream buffer empty, no
+	// recv pending, everything sent delivered, the stream not ended) would
+	// send an ADVERT that the sender must judge stale: S'_r != S_r, or the
+	// phase it would advertise in is older than the sender's P_S.
+	ErrEfficiency = errors.New("exs: efficiency invariant violated")
+)
+
+// CheckState checks the properties that belong to a state rather than to a
+// step: liveness when no move is enabled, and the efficiency invariant at
+// both receivers. It returns an error wrapping ErrLiveness or ErrEfficiency.
+//
+// The efficiency invariant: whenever a receiver is caught up, the ADVERT it
+// would send for its next recv is fresh, S_A = S'_r = S_r = S_S and P_A >= P_S,
+// so that the sender will use it. Without it the protocol stays safe but may
+// never go direct again after an indirect phase, which no safety property can
+// see.
+func CheckState(w *sim.World) error {
+	if w.Quiescent() {
+		if err := w.Finished(); err != nil {
+			return fmt.Errorf("%w: %v", ErrLiveness, err)
+		}
+	}
+	for i := range 2 {
+		r := w.Engine(i).State()
+		s := w.Engine(1 - i).State()
+		if !caughtUp(&s, &r) {
+			continue
+		}
+		if r.SEst != r.SR {
+			return fmt.Errorf("%w: endpoint %c is caught up at S_r=%d but S'_r=%d: its next ADVERT would carry S_A=%d != S_S=%d",
+				ErrEfficiency, 'A'+i, r.SR, r.SEst, r.SEst, s.SS)
+		}
+		if pa := advertPhase(r.PR); pa.Before(s.PS) {
+			return fmt.Errorf("%w: endpoint %c is caught up in phase P_r=%d: its next ADVERT would carry P_A=%d < P_S=%d",
+				ErrEfficiency, 'A'+i, r.PR, pa, s.PS)
+		}
+	}
+	return nil
+}
+
+// advertPhase is the phase of the next ADVERT of a receiver in phase p.
+func advertPhase(p dynproto.Phase) dynproto.Phase {
+	if p.IsDirect() {
+		return p
+	}
+	return p.Next()
+}
+
+// caughtUp reports whether receiver r is caught up with sender s: no data is
+// in flight (every write of the sender has completed, which happens only
+// after the frame announcing it was delivered), every unit sent has been
+// delivered, none waits in the stream buffer, no recv is pending, and the
+// stream has not ended (after the end, no ADVERT follows).
+func caughtUp(s, r *dynproto.State) bool {
+	return s.Writes == 0 && s.SS == r.SR && r.BR == 0 && r.Recvs == 0 && !r.FinReceived && !r.Dead
+}
+
+// node is a state waiting to be expanded.
+type node struct {
+	w  *sim.World
+	id uint32
+}
+
+// succ is one successor found while expanding a level.
+type succ struct {
+	parent uint32
+	move   sim.Move
+	w      *sim.World
+	key    string
+	err    error   // a violation reached by this move (the state is not kept)
+	caught [2]bool // endpoint i's receiver is caught up in it
+	quiet  bool    // no move is enabled in it
+}
+
+// chunk is the work unit of a level's expansion.
+const chunk = 64
+
+// Check explores every state reachable from spec's initial world, breadth
+// first, and checks every property on every state and step. It returns an
+// error only if the world cannot be built, a bound in opt was reached, or ctx
+// ended first (the error then wraps ctx.Err()); a property violation is
+// reported in Result.Violation with a shortest trace. The Result returned
+// with an error describes the part explored.
+//
+// States are identified by their exact canonical encoding
+// (sim.World.AppendKey), so two states are merged only if they are equal.
+// The exploration order, and so the reported trace, does not depend on
+// opt.Workers.
+func Check(ctx context.Context, spec Spec, opt Options) (Result, error) {
+	start := time.Now()
+	var res Result
+	w0, err := sim.New(spec.SimConfig())
+	if err != nil {
+		return res, err
+	}
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	visited := map[string]struct{}{string(packKey(nil, w0.AppendKey(nil))): {}}
+	// parent[id] and via[id] lead back from state id to the initial state.
+	parent := []uint32{0}
+	via := []sim.Move{{}}
+	violation := func(id uint32, last *sim.Move, err error) {
+		var ms []sim.Move
+		if last != nil {
+			ms = append(ms, *last)
+		}
+		for ; id != 0; id = parent[id] {
+			ms = append(ms, via[id])
+		}
+		for i, j := 0, len(ms)-1; i < j; i, j = i+1, j-1 {
+			ms[i], ms[j] = ms[j], ms[i]
+		}
+		res.Violation = &Violation{Spec: spec, Moves: ms, Err: err}
+	}
+	res.States = 1
+	observe(&res, w0)
+	if err := CheckState(w0); err != nil {
+		violation(0, nil, err)
+		res.Elapsed = time.Since(start)
+		return res, nil
+	}
+	if w0.Quiescent() {
+		res.Quiescent++
+	}
+	for i, c := range caughtUpAt(w0) {
+		if c {
+			res.CaughtUp[i]++
+		}
+	}
+
+	frontier := []node{{w: w0, id: 0}}
+	for depth := 0; len(frontier) > 0; depth++ {
+		res.MaxDepth = depth
+		if err := ctx.Err(); err != nil {
+			res.Elapsed = time.Since(start)
+			return res, fmt.Errorf("exs: check stopped at depth %d after %d states: %w", depth, res.States, err)
+		}
+		out := expand(ctx, frontier, visited, workers)
+		if err := ctx.Err(); err != nil {
+			res.Elapsed = time.Since(start)
+			return res, fmt.Errorf("exs: check stopped at depth %d after %d states: %w", depth, res.States, err)
+		}
+		frontier = nil
+		var next []node
+		for _, c := range out {
+			for k := range c {
+				sc := &c[k]
+				res.Transitions++
+				if sc.w == nil {
+					continue // a state seen at an earlier level
+				}
+				if errors.Is(sc.err, ErrSafety) {
+					violation(sc.parent, &sc.move, sc.err)
+					res.Elapsed = time.Since(start)
+					return res, nil
+				}
+				if _, dup := visited[sc.key]; dup {
+					continue
+				}
+				visited[sc.key] = struct{}{}
+				id := uint32(len(parent))
+				parent = append(parent, sc.parent)
+				via = append(via, sc.move)
+				res.States++
+				if sc.err != nil {
+					violation(id, nil, sc.err)
+					res.Elapsed = time.Since(start)
+					return res, nil
+				}
+				for i, c := range sc.caught {
+					if c {
+						res.CaughtUp[i]++
+					}
+				}
+				observe(&res, sc.w)
+				if sc.quiet {
+					res.Quiescent++
+				}
+				next = append(next, node{w: sc.w, id: id})
+				if opt.MaxStates > 0 && res.States >= opt.MaxStates {
+					res.Elapsed = time.Since(start)
+					return res, fmt.Errorf("%w: %d states at depth %d", ErrTooManyStates, res.States, depth+1)
+				}
+			}
+		}
+		frontier = next
+		if opt.Progress != nil {
+			opt.Progress(depth+1, res.States)
+		}
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// observe records what a new state shows about phases.
+func observe(res *Result, w *sim.World) {
+	for i := range 2 {
+		s := w.Engine(i).State()
+		res.MaxPhase = max(res.MaxPhase, s.PS, s.PR)
+		if s.PS.IsDirect() && s.PS >= 3 {
+			res.DirectAgain[i] = true
+		}
+	}
+}
+
+// packKey appends to b a shorter encoding of the state key k, in which every
+// run of zero bytes becomes a zero and the run's length. The encoding is
+// one-to-one, so states stay identified exactly; it halves the memory the
+// visited set takes (keys are mostly small numbers and zero padding).
+func packKey(b, k []byte) []byte {
+	for i := 0; i < len(k); {
+		if k[i] != 0 {
+			b = append(b, k[i])
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(k) && k[j] == 0 && j-i < 255 {
+			j++
+		}
+		b = append(b, 0, byte(j-i))
+		i = j
+	}
+	return b
+}
+
+// expand computes the successors of every state in frontier, in order, with
+// the given number of goroutines (all of which have returned when it
+// returns). visited is only read. When ctx ends, the remaining chunks are
+// left empty.
+func expand(ctx context.Context, frontier []node, visited map[string]struct{}, workers int) [][]succ {
+	n := (len(frontier) + chunk - 1) / chunk
+	out := make([][]succ, n)
+	work := func(k int) {
+		if ctx.Err() != nil {
+			return
+		}
+		var moves []sim.Move
+		var raw, key []byte
+		var res []succ
+		for _, nd := range frontier[k*chunk : min(len(frontier), (k+1)*chunk)] {
+			moves = nd.w.Moves(moves[:0])
+			for j, m := range moves {
+				c := nd.w
+				if j < len(moves)-1 {
+					c = nd.w.Clone()
+				}
+				sc := succ{parent: nd.id, move: m}
+				if err := c.Step(m); err != nil {
+					sc.err = fmt.Errorf("%w: %v", ErrSafety, err)
+					sc.w = c
+					res = append(res, sc)
+					continue
+				}
+				raw = c.AppendKey(raw[:0])
+				key = packKey(key[:0], raw)
+				if _, seen := visited[string(key)]; seen {
+					res = append(res, sc) // counted as a transition only
+					continue
+				}
+				sc.w, sc.key = c, string(key)
+				sc.err = CheckState(c)
+				sc.quiet = c.Quiescent()
+				sc.caught = caughtUpAt(c)
+				res = append(res, sc)
+			}
+		}
+		out[k] = res
+	}
+	if workers <= 1 || n <= 1 {
+		for k := range n {
+			work(k)
+		}
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				work(k)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func caughtUpAt(w *sim.World) (c [2]bool) {
+	for i := range 2 {
+		r := w.Engine(i).State()
+		s := w.Engine(1 - i).State()
+		c[i] = caughtUp(&s, &r)
+	}
+	return c
+}

@@ -1,0 +1,117 @@
+package proofs
+
+import (
+	"os"
+	"testing"
+
+	"github.com/exsgo/exs/dynproto"
+)
+
+// config is a named configuration for the tests. Sizes are in units: bytes
+// on a stream, bytes of a message in seqpacket mode.
+type config struct {
+	name string
+	spec string // Spec text form
+}
+
+// defaultConfigs run in `go test ./proofs/`, ordered small first (the mutant
+// hunt goes through them in this order). Endpoint A sends, endpoint B
+// receives, except in the two-way configurations; B's drain recvs take what
+// its scripted recvs leave.
+var defaultConfigs = []config{
+	// The smallest stream buffer and one frame credit: every transfer of
+	// more than one byte is split, and frames wait for credits.
+	{"dyn-stream-ring1-frames1", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// No coalescing: one send per transfer.
+	{"dyn-stream-gather1", "mode=dynamic type=stream ring=2 frames=2 gather=1 a.sends=1,1,1 b.recvs=1,1,1 b.drain=3"},
+	{"dyn-stream-ring2-frames1", "mode=dynamic type=stream ring=2 frames=1 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// A MSG_WAITALL recv partly filled from the stream buffer while the
+	// sender is idle, then a recv after it.
+	{"dyn-stream-waitall-partial", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,1,1 a.shutdown b.recvs=1w,2w,1 b.drain=2"},
+	// Messages longer than the stream buffer go indirectly in segments.
+	{"dyn-seqpacket-ring1", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=2,1,2 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// MSG_WAITALL recvs, some longer than the sends that fill them.
+	{"dyn-stream-waitall-mixed", "mode=dynamic type=stream ring=2 frames=2 a.sends=2,1,2 a.shutdown b.recvs=2w,1,3w b.drain=3"},
+	// Both directions carry data.
+	{"dyn-stream-twoway", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,1 a.drain=1 b.sends=1 b.recvs=1 b.drain=1"},
+	// A message too long for its recv (EMSGSIZE at both ends).
+	{"dyn-seqpacket-toolong", "mode=dynamic type=seqpacket ring=2 frames=2 a.sends=1,2,1 a.shutdown b.recvs=1,1,2 b.drain=3"},
+	{"dyn-seqpacket-ring3", "mode=dynamic type=seqpacket ring=3 frames=2 a.sends=3,1,2 a.shutdown b.recvs=2,3,2 b.drain=3"},
+	// Four one-byte sends and recvs over one frame credit.
+	{"dyn-stream-4x1-frames1", "mode=dynamic type=stream ring=3 frames=1 a.sends=1,1,1,1 a.shutdown b.recvs=1,1,1,1 b.drain=2"},
+	{"dyn-stream-waitall-all", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1 a.shutdown b.recvs=1w,2w,1w b.drain=3"},
+	{"dyn-seqpacket-ring2", "mode=dynamic type=seqpacket ring=2 frames=2 a.sends=1,2,1 a.shutdown b.recvs=1,2,1 b.drain=3"},
+	{"dyn-stream-waitall-ring3", "mode=dynamic type=stream ring=3 frames=2 a.sends=2,1,3 a.shutdown b.recvs=3w,1,2w b.drain=3"},
+	// The baselines.
+	{"direct-stream", "mode=direct-only type=stream ring=0 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	{"direct-seqpacket", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	{"indirect-stream", "mode=indirect-only type=stream ring=2 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	{"indirect-seqpacket", "mode=indirect-only type=seqpacket ring=2 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	// Lengths up to 3, larger stream buffers, more frame buffers, ACKs
+	// for every byte, four sends and recvs.
+	{"dyn-stream-ring4", "mode=dynamic type=stream ring=4 frames=2 a.sends=3,1,2 a.shutdown b.recvs=1,3,2 b.drain=3"},
+	{"dyn-stream-ring4-ack1", "mode=dynamic type=stream ring=4 frames=2 ack=1 a.sends=3,1,2 a.shutdown b.recvs=1,3,2 b.drain=3"},
+	{"dyn-stream-frames3", "mode=dynamic type=stream ring=2 frames=3 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"dyn-stream-ring3", "mode=dynamic type=stream ring=3 frames=2 a.sends=1,2,3 a.shutdown b.recvs=3,1,2 b.drain=3"},
+	{"dyn-stream-4x4", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1,2 a.shutdown b.recvs=2,1,2,1 b.drain=3"},
+}
+
+// deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,
+// more sends and recvs, longer lengths, more frame buffers.
+var deepConfigs = []config{
+	{"deep-dyn-seqpacket-4x4", "mode=dynamic type=seqpacket ring=2 frames=2 a.sends=2,1,3,1 a.shutdown b.recvs=2,1,3,2 b.drain=3"},
+	{"deep-dyn-seqpacket-toolong-4x4", "mode=dynamic type=seqpacket ring=2 frames=3 a.sends=3,1,2,1 a.shutdown b.recvs=2,3,1,1 b.drain=3"},
+	{"deep-dyn-stream-waitall-4x4", "mode=dynamic type=stream ring=3 frames=2 a.sends=2,1,3,1 a.shutdown b.recvs=1w,2w,3,1w b.drain=3"},
+	{"deep-dyn-stream-gather1-ack1-4x4", "mode=dynamic type=stream ring=3 frames=2 ack=1 gather=1 a.sends=2,1,2,1 a.shutdown b.recvs=1,2,1,2 b.drain=2"},
+	{"deep-direct-stream-5x5", "mode=direct-only type=stream ring=0 frames=2 a.sends=3,1,2,3,1 a.shutdown b.recvs=2,3,1,3,2 b.drain=3"},
+	{"deep-indirect-stream-5x5", "mode=indirect-only type=stream ring=3 frames=2 a.sends=3,1,2,3,1 a.shutdown b.recvs=2,3,1,3,2 b.drain=3"},
+	{"deep-dyn-stream-twoway-2x2", "mode=dynamic type=stream ring=1 frames=2 a.sends=1,1 a.recvs=1 a.drain=1 b.sends=1,1 b.recvs=1 b.drain=1"},
+	{"deep-dyn-stream-twoway-shutdown", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,1 a.shutdown a.drain=1 b.sends=1 b.recvs=1,1 b.drain=1"},
+	{"deep-dyn-stream-4x4-ring3-frames3", "mode=dynamic type=stream ring=3 frames=3 a.sends=3,1,2,3 a.shutdown b.recvs=1,3,2,3 b.drain=3"},
+	{"deep-dyn-stream-5x5", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1,2,1 a.shutdown b.recvs=2,1,2,1,2 b.drain=3"},
+	{"deep-dyn-stream-4x4-ring4-frames3", "mode=dynamic type=stream ring=4 frames=3 a.sends=3,2,3,1 a.shutdown b.recvs=2,3,1,3 b.drain=3"},
+}
+
+// smokeConfigs are all that run under the race detector (the checker is
+// about ten times slower there): a few thousand states each, enough to run
+// every goroutine of the checker.
+var smokeConfigs = []config{
+	{"smoke-dyn-stream", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"smoke-dyn-seqpacket", "mode=dynamic type=seqpacket ring=1 frames=1 a.sends=2,1 a.shutdown b.recvs=1,2 b.drain=2"},
+}
+
+// deep reports whether the deep run was asked for.
+func deep() bool { return os.Getenv("EXS_PROOFS_DEEP") != "" }
+
+// configsFor returns the configurations this test binary runs: the smoke set
+// under the race detector or with -short, the default set otherwise, and the
+// deep set after it when asked for.
+func configsFor(t *testing.T) []config {
+	t.Helper()
+	switch {
+	case raceEnabled || testing.Short():
+		return smokeConfigs
+	case deep():
+		return append(append([]config(nil), defaultConfigs...), deepConfigs...)
+	}
+	return defaultConfigs
+}
+
+// mustSpec parses a configuration's Spec.
+func mustSpec(t *testing.T, c config) Spec {
+	t.Helper()
+	s, err := ParseSpec(c.spec)
+	if err != nil {
+		t.Fatalf("config %s: %v", c.name, err)
+	}
+	return s
+}
+
+// expectDirectAgain reports whether, in spec, endpoint i's sender must be able
+// to return to direct transfers after an indirect phase: the protocol is
+// dynamic, i sends at least twice, and its peer posts at least two recvs.
+func expectDirectAgain(s Spec, i int) bool {
+	peer := s.Scripts[1-i]
+	return s.Mode == dynproto.Dynamic && len(s.Scripts[i].Sends) >= 2 &&
+		(len(peer.Recvs) >= 2 || (len(peer.Recvs) >= 1 && peer.DrainLen > 0))
+}
