@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/exsgo/exs/dynproto"
+)
+
+// A point is one measurement of a stream table: a mode on the transport, or
+// an anchor.
+type point struct {
+	run    string
+	tr     transport // nil for the copy anchors
+	copies int       // 1 or 2 for the copy anchors
+	params pairParams
+}
+
+// measure runs one point.
+func measure(ctx context.Context, pt point, warmup, d time.Duration) (result, error) {
+	if pt.tr == nil {
+		return copyAnchor(ctx, pt.copies, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
+	}
+	pr, err := pt.tr.Open(ctx, pt.params)
+	if err != nil {
+		return result{}, err
+	}
+	r, err := pr.Stream(ctx, warmup, d)
+	return r, errors.Join(err, pr.Close())
+}
+
+// anchors are the names of the anchor runs, in table order.
+const (
+	runCopy1 = "copy() x1"
+	runCopy2 = "copy() x2"
+)
+
+func tcpRunName(t transport) string {
+	if t.Name() == "tcp-proc" {
+		return "TCP (2 processes)"
+	}
+	return "TCP"
+}
+
+// prepareTCP opens the TCP anchor named by which ("off" gives nil) and
+// checks that the congestion control can be set, falling back to the
+// system's default with a note if not.
+func prepareTCP(which string, cc *string) (transport, []string, error) {
+	if which == "off" {
+		return nil, nil, nil
+	}
+	t, err := openTransport(which)
+	if err != nil {
+		return nil, nil, err
+	}
+	sys := systemCongestion()
+	var notes []string
+	if *cc != "" {
+		if err := probeCongestion(*cc); err != nil {
+			notes = append(notes, fmt.Sprintf("could not set TCP congestion control %s (%v): using the system default %s", *cc, err, sys))
+			*cc = ""
+		}
+	}
+	if *cc != "" {
+		notes = append(notes, fmt.Sprintf("TCP over loopback with congestion control %s, set per socket with TCP_CONGESTION (system default: %s)", *cc, sys))
+	} else {
+		notes = append(notes, fmt.Sprintf("TCP over loopback with the system's congestion control %s", sys))
+	}
+	return t, notes, nil
+}
+
+func probeCongestion(cc string) error {
+	lc := net.ListenConfig{Control: congestionControl(cc)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+// runStreams measures the points of each size and calls emit with a size's
+// results, in the order given, once all of them are measured. Within a size
+// the points run in an order shuffled with seed.
+func runStreams(ctx context.Context, prog *progress, seed int64, warmup, d time.Duration, sizes []int, pointsFor func(size int) []point, emit func(size int, pts []point, rs []result)) error {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x657873706572))
+	for _, size := range sizes {
+		pts := pointsFor(size)
+		rs := make([]result, len(pts))
+		for _, i := range rng.Perm(len(pts)) {
+			prog.step(fmt.Sprintf("%s %s", sizeName(size), pts[i].run))
+			r, err := measure(ctx, pts[i], warmup, d)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", sizeName(size), pts[i].run, err)
+			}
+			rs[i] = r
+		}
+		emit(size, pts, rs)
+	}
+	return nil
+}
+
+func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
+	if err := o.check(e); err != nil {
+		return err
+	}
+	tr, err := openTransport(o.transport)
+	if err != nil {
+		return usageError{err}
+	}
+	defer tr.Close()
+	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
+	if err != nil {
+		return err
+	}
+	if tcp != nil {
+		defer tcp.Close()
+	}
+	host := readHost()
+	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
+		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+			"duration": o.duration.String(), "warmup": o.warmup.String(), "seed": o.seed, "tcp_congestion_control": o.cc}}
+	rep.Notes = append(notes, "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread")
+	out := e.stdout
+	if o.json == "-" {
+		out = io.Discard
+	}
+	title := "exsperf: direct-only, indirect-only and dynamic against the memory-copy limit and TCP"
+	if engineOnly {
+		title = "exsperf engine: the protocol engine alone, against the memory-copy limit"
+	}
+	fmt.Fprintln(out, title)
+	fmt.Fprintf(out, "host: %s\n", host)
+	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %v per point after %v warm-up; run order seed %d\n",
+		o.sends, o.recvs, sizeName(o.ring), o.duration, o.warmup, o.seed)
+	for _, n := range rep.Notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	fmt.Fprintln(out)
+	t := &table{
+		head:  []string{"size", "run", "GB/s", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"},
+		align: []bool{true, false, true, true, true, true, true, true, true},
+	}
+	if tcp == nil {
+		t.head = append(t.head[:4], t.head[5:]...)
+		t.align = t.align[:len(t.head)]
+	}
+	// Print the header now and rows as sizes complete.
+	hdr := *t
+	hdr.write(out)
+	points := func(size int) []point {
+		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		pts := []point{{run: runCopy1, copies: 1, params: base}, {run: runCopy2, copies: 2, params: base}}
+		if tcp != nil {
+			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+		}
+		for _, m := range o.modes {
+			p := base
+			p.Mode = m
+			pts = append(pts, point{run: m.String(), tr: tr, params: p})
+		}
+		return pts
+	}
+	nPoints := len(points(1))
+	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints)
+	err = runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+		var copyRate, tcpRate float64
+		for i, pt := range pts {
+			if pt.run == runCopy1 {
+				copyRate = rs[i].gbps()
+			}
+			if tcp != nil && pt.tr == tcp {
+				tcpRate = rs[i].gbps()
+			}
+		}
+		t.rows = nil
+		for i, pt := range pts {
+			trName := "anchor"
+			if pt.tr != nil {
+				trName = pt.tr.Name()
+			}
+			rw := makeRow("compare", trName, pt.run, pt.params, rs[i])
+			rep.Stream = append(rep.Stream, rw)
+			cells := []string{sizeName(size), pt.run, sig(rw.GBps), ratio(rw.GBps, copyRate)}
+			if tcp != nil {
+				cells = append(cells, ratio(rw.GBps, tcpRate))
+			}
+			cells = append(cells, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3))
+			t.add(cells...)
+		}
+		prog.clear()
+		for _, r := range t.rows {
+			fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
+		}
+	})
+	prog.done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "x copy(), x TCP: throughput as a multiple of the copy() x1 and TCP rows of the same size.")
+	fmt.Fprintln(out, "CPU s/GB: CPU seconds per GB received; '-' where a side's time cannot be told apart.")
+	if !engineOnly && tr.Name() == "engine" {
+		fmt.Fprintln(out, "The socket API (exs over verbs) is not measured yet: this run measures the protocol engine alone.")
+	}
+	if o.json != "" {
+		return writeJSON(o.json, e.stdout, rep)
+	}
+	return nil
+}
+
+func ratio(v, base float64) string {
+	if base <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v/base)
+}
+
+func runRate(ctx context.Context, e *env, o *streamOpts) error {
+	if err := o.check(e); err != nil {
+		return err
+	}
+	tr, err := openTransport(o.transport)
+	if err != nil {
+		return usageError{err}
+	}
+	defer tr.Close()
+	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
+	if err != nil {
+		return err
+	}
+	if tcp != nil {
+		defer tcp.Close()
+	}
+	host := readHost()
+	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
+		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+			"duration": o.duration.String(), "warmup": o.warmup.String(), "seed": o.seed}}
+	out := e.stdout
+	if o.json == "-" {
+		out = io.Discard
+	}
+	fmt.Fprintln(out, "exsperf rate: message rate")
+	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; %v per point after %v warm-up\n", o.sends, o.recvs, o.duration, o.warmup)
+	for _, n := range notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	fmt.Fprintln(out)
+	t := &table{head: []string{"size", "run", "M msg/s", "GB/s", "% direct", "CPU us/msg total"}, align: []bool{true, false, true, true, true, true}}
+	hdr := *t
+	hdr.write(out)
+	points := func(size int) []point {
+		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		var pts []point
+		if tcp != nil {
+			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+		}
+		for _, m := range o.modes {
+			p := base
+			p.Mode = m
+			pts = append(pts, point{run: m.String(), tr: tr, params: p})
+		}
+		return pts
+	}
+	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1)))
+	err = runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+		prog.clear()
+		for i, pt := range pts {
+			rw := makeRow("rate", pt.tr.Name(), pt.run, pt.params, rs[i])
+			rep.Stream = append(rep.Stream, rw)
+			perMsg := "-"
+			if rs[i].CPUTotal >= 0 && rs[i].Msgs > 0 {
+				perMsg = sig(float64(rs[i].CPUTotal) / 1e3 / float64(rs[i].Msgs))
+			}
+			fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", sizeName(size), pt.run, sig(rw.MsgsPerS/1e6), sig(rw.GBps), num(rw.PctDirect, 0), perMsg)
+		}
+	})
+	prog.done()
+	if err != nil {
+		return err
+	}
+	if o.json != "" {
+		return writeJSON(o.json, e.stdout, rep)
+	}
+	return nil
+}
+
+var _ = dynproto.Dynamic

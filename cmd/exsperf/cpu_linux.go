@@ -1,0 +1,27 @@
+package main
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpuAccounting says how CPU time is measured on this platform.
+const cpuAccounting = "getrusage (RUSAGE_SELF, RUSAGE_THREAD)"
+
+// processCPU returns the user plus system CPU time the whole process has used
+// (getrusage RUSAGE_SELF), or -1 if it is unavailable.
+func processCPU() time.Duration { return rusage(unix.RUSAGE_SELF) }
+
+// threadCPU returns the user plus system CPU time the calling OS thread has
+// used (getrusage RUSAGE_THREAD), or -1 if it is unavailable. The caller must
+// hold its thread with runtime.LockOSThread for the figure to mean anything.
+func threadCPU() time.Duration { return rusage(unix.RUSAGE_THREAD) }
+
+func rusage(who int) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(who, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

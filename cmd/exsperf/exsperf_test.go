@@ -1,0 +1,493 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exsgo/exs/dynproto"
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(peerEnv) == "1" {
+		// Re-executed by procTransport as "exsperf peer".
+		main()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fast are flags that keep a run short.
+var fast = []string{"-t", "20ms", "-w", "5ms", "-q"}
+
+// exsperf runs the command line args with a deadline and returns stdout.
+func exsperf(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if err := run(ctx, args, &out, &errb); err != nil {
+		t.Fatalf("exsperf %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// tableRows returns the data rows of the markdown tables in s, split into
+// cells.
+func tableRows(t *testing.T, s string) [][]string {
+	t.Helper()
+	var rows [][]string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "|") || strings.HasPrefix(l, "|---") || strings.Contains(l, "---:|") {
+			continue
+		}
+		if !strings.HasSuffix(l, "|") {
+			t.Fatalf("table row without a closing bar: %q", l)
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
+
+// number parses a table cell; "-" is NaN.
+func number(t *testing.T, cell string) float64 {
+	t.Helper()
+	if cell == "-" {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(cell, 64)
+	if err != nil {
+		t.Fatalf("cell %q is not a number", cell)
+	}
+	return v
+}
+
+func TestCompare(t *testing.T) {
+	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify")...)
+	rows := tableRows(t, out)
+	head, rows := rows[0], rows[1:]
+	want := []string{"size", "run", "GB/s", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
+	if diff := cmp.Diff(want, head); diff != "" {
+		t.Errorf("header (-want +got):\n%s", diff)
+	}
+	if len(rows) != 2*6 {
+		t.Fatalf("%d rows, want 12:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if len(r) != len(want) {
+			t.Fatalf("row %q has %d cells", r, len(r))
+		}
+		if v := number(t, r[2]); !(v > 0) {
+			t.Errorf("row %q: throughput %v", r, v)
+		}
+		pct := number(t, r[5])
+		switch r[1] {
+		case "direct-only":
+			if pct != 100 {
+				t.Errorf("direct-only sent %v%% directly", pct)
+			}
+		case "indirect-only":
+			if pct != 0 {
+				t.Errorf("indirect-only sent %v%% directly", pct)
+			}
+		case "dynamic":
+			if math.IsNaN(pct) {
+				t.Errorf("dynamic without a direct share")
+			}
+		default:
+			if !math.IsNaN(pct) {
+				t.Errorf("anchor %q with a direct share", r[1])
+			}
+		}
+	}
+	for _, s := range []string{"transport: engine", "congestion control", "copy() x1 and x2"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output does not say %q:\n%s", s, out)
+		}
+	}
+}
+
+func TestCompareJSON(t *testing.T) {
+	out := exsperf(t, append(fast, "--sizes", "1K", "--modes", "dynamic", "--tcp", "tcp-proc", "--json", "-")...)
+	var rep report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var runs []string
+	for _, r := range rep.Stream {
+		runs = append(runs, r.Run)
+		if r.Size != 1024 || !(r.GBps > 0) || r.Bytes <= 0 {
+			t.Errorf("row %+v", r)
+		}
+		if strings.HasPrefix(r.Run, "TCP") && (r.CPUSend == nil || r.CPURecv == nil) {
+			t.Errorf("two-process TCP row without each side's CPU: %+v", r)
+		}
+	}
+	if diff := cmp.Diff([]string{runCopy1, runCopy2, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
+		t.Errorf("runs (-want +got):\n%s", diff)
+	}
+	if rep.Transport != "engine" || rep.Host.Go == "" || rep.Host.CPUs < 1 {
+		t.Errorf("report header %+v", rep)
+	}
+}
+
+func TestEngine(t *testing.T) {
+	out := exsperf(t, append([]string{"engine"}, append(fast, "--sizes", "64..256:4", "--sends", "4", "--recvs", "8")...)...)
+	rows := tableRows(t, out)
+	if len(rows) != 1+2*5 {
+		t.Fatalf("%d rows, want 11:\n%s", len(rows), out)
+	}
+	if strings.Contains(out, "| TCP") {
+		t.Errorf("engine runs the TCP anchor:\n%s", out)
+	}
+}
+
+func TestRate(t *testing.T) {
+	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "8")...)...)
+	rows := tableRows(t, out)
+	if len(rows) != 1+4 {
+		t.Fatalf("%d rows, want 5:\n%s", len(rows), out)
+	}
+	for _, r := range rows[1:] {
+		if v := number(t, r[2]); !(v > 0) {
+			t.Errorf("row %q: rate %v", r, v)
+		}
+	}
+}
+
+func TestLat(t *testing.T) {
+	out := exsperf(t, "lat", "-t", "30ms", "-w", "5ms", "-q", "--sizes", "64", "--wait", "block", "--json", "-")
+	var rep report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Latency) != 3+1 {
+		t.Fatalf("%d latency rows, want 4: %+v", len(rep.Latency), rep.Latency)
+	}
+	for _, r := range rep.Latency {
+		if r.Samples < 1 || !(r.Min > 0) || r.Min > r.P50 || r.P50 > r.P99 || r.P99 > r.P999 {
+			t.Errorf("row %+v: percentiles out of order", r)
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	dir := t.TempDir()
+	out := exsperf(t, append([]string{"sweep"}, append(fast, "--sizes", "64,4K", "--sends-list", "4,64",
+		"--vwarmup", "100ms", "--vduration", "300ms", "--out", dir)...)...)
+	for _, fig := range []string{"Figure 1", "Figure 2", "Figure 3", "Figure 4", "Figure 5"} {
+		if !strings.Contains(out, "## "+fig) {
+			t.Errorf("no %s in:\n%s", fig, out)
+		}
+	}
+	var rep report
+	b, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("sweep.json: %v", err)
+	}
+	count := map[string]int{}
+	for _, r := range rep.Stream {
+		count[r.Figure]++
+		if r.Figure == "fig5" && !r.Virtual {
+			t.Errorf("fig5 row in wall time: %+v", r)
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"fig1": 2 * 6, "fig3": 2 * 2, "fig5": 2 * 3}, count); diff != "" {
+		t.Errorf("rows per figure (-want +got):\n%s", diff)
+	}
+	for _, f := range []string{"fig1-throughput.svg", "fig2-cpu.svg", "fig3-sends.svg", "fig4-direct.svg", "fig5-distance.svg"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSVG(t, f, b)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "sweep.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tableRows(t, string(md))); n != 5*(1+2) {
+		t.Errorf("sweep.md has %d table rows, want 15", n)
+	}
+}
+
+// checkSVG checks that b is well-formed XML with an svg root and at least one
+// line drawn.
+func checkSVG(t *testing.T, name string, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root, lines := "", 0
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: not well-formed: %v", name, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			if se.Name.Local == "polyline" {
+				lines++
+			}
+		}
+	}
+	if root != "svg" || lines == 0 {
+		t.Errorf("%s: root %q, %d lines", name, root, lines)
+	}
+}
+
+func TestServerClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(sctx, []string{"server", "--listen", "tcp:127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	f := strings.Fields(line)
+	addr := ""
+	for _, w := range f {
+		if strings.HasPrefix(w, "tcp:") {
+			addr = w
+		}
+	}
+	if addr == "" {
+		t.Fatalf("server said %q", line)
+	}
+	var out bytes.Buffer
+	err = run(ctx, []string{"client", "-t", "20ms", "-w", "5ms", "-q", "--sizes", "64,64K", "--lat", "--wait", "block", "--verify", addr}, &out, io.Discard)
+	stop()
+	if serr := <-done; serr != nil {
+		t.Errorf("server: %v", serr)
+	}
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, out.String())
+	}
+	rows := tableRows(t, out.String())
+	if len(rows) != 2*(1+2) {
+		t.Fatalf("%d rows, want 6:\n%s", len(rows), out.String())
+	}
+	for _, r := range rows[1:3] {
+		if v := number(t, r[3]); !(v > 0) {
+			t.Errorf("row %q: throughput %v", r, v)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out := exsperf(t, "-h")
+	for _, s := range []string{"compare", "engine", "sweep", "lat", "rate", "server", "client", "-rtt", "-bandwidth", "-sizes", "-json", "-out", "-wait", "-listen", "tcp-proc"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("help does not mention %q", s)
+		}
+	}
+	if strings.Contains(out, "peer") {
+		t.Errorf("help mentions the hidden peer subcommand")
+	}
+	if sub := exsperf(t, "help", "sweep"); !strings.Contains(sub, "-figures") || strings.Contains(sub, "-listen") {
+		t.Errorf("help sweep:\n%s", sub)
+	}
+}
+
+func TestBadCommandLines(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		usage bool   // a usage error (exit 2)
+		want  string // in the message
+	}{
+		{[]string{"--bogus"}, true, "bogus"},
+		{[]string{"frobnicate"}, true, "unknown subcommand"},
+		{[]string{"-t", "-1s"}, true, "duration"},
+		{[]string{"--sizes", "12Q"}, true, "bad size"},
+		{[]string{"--sizes", "1M..64"}, true, "empty range"},
+		{[]string{"--modes", "fast"}, true, "unknown mode"},
+		{[]string{"--transport", "carrier-pigeon"}, true, "unknown transport"},
+		{[]string{"--tcp", "udp"}, true, "--tcp"},
+		{[]string{"--sends", "0"}, true, "--sends"},
+		{[]string{"extra"}, true, "unknown subcommand"},
+		{[]string{"compare", "extra"}, true, "unexpected argument"},
+		{[]string{"sweep", "--figures", "7"}, true, "no figure 7"},
+		{[]string{"sweep", "--bandwidth", "fast"}, true, "bad bandwidth"},
+		{[]string{"lat", "--wait", "sometimes"}, true, "bad wait mode"},
+		{[]string{"client"}, true, "one address"},
+		{[]string{"client", "shm:x"}, true, "not available yet"},
+		{[]string{"client", "inproc:x"}, true, "cannot reach another process"},
+		{[]string{"server", "--listen", "nonsense"}, true, "bad address"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := run(ctx, tc.args, io.Discard, io.Discard)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := errors.As(err, new(usageError)); got != tc.usage {
+				t.Errorf("usage error %v, want %v: %v", got, tc.usage, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+	}{
+		{"64", []int{64}},
+		{"4K,1MiB,2g", []int{4096, 1 << 20, 2 << 30}},
+		{"64..1K", []int{64, 128, 256, 512, 1024}},
+		{"64..1M:4", []int{64, 256, 1024, 4096, 16384, 65536, 262144, 1 << 20}},
+		{"1..10:3,7B", []int{1, 3, 9, 7}},
+	} {
+		got, err := parseSizes(tc.in)
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", tc.in, diff)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1", "3X", "4G", "1..2:1", "8..4"} {
+		if v, err := parseSizes(bad); err == nil {
+			t.Errorf("%q parsed as %v", bad, v)
+		}
+	}
+}
+
+func TestParseBandwidth(t *testing.T) {
+	for in, want := range map[string]float64{"10G": 10e9, "10Gbit/s": 10e9, "1.5g": 1.5e9, "500M": 500e6, "64k": 64e3, "0": 0, "100": 100} {
+		if got, err := parseBandwidth(in); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "fast", "-1G"} {
+		if v, err := parseBandwidth(bad); err == nil {
+			t.Errorf("%q parsed as %v", bad, v)
+		}
+	}
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	var rts []time.Duration
+	for i := 1000; i >= 1; i-- {
+		rts = append(rts, time.Duration(i)*time.Microsecond)
+	}
+	got := makeLatRow("x", "y", waitBlock, 8, rts)
+	want := latRow{Transport: "x", Run: "y", Wait: "blocking", Size: 8, Samples: 1000, Min: 1, P50: 500, P99: 990, P999: 999, Mean: 500.5}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestEnginePairDelivers streams through the engine pair in every mode with
+// a stream buffer small enough to wrap often, checking every byte.
+func TestEnginePairDelivers(t *testing.T) {
+	for _, m := range modes {
+		for _, size := range []int{1, 100, 4096 + 7} {
+			for _, so := range [][2]int{{1, 1}, {3, 8}, {8, 3}} {
+				t.Run(fmt.Sprintf("%v/%d/sends%d-recvs%d", m, size, so[0], so[1]), func(t *testing.T) {
+					mp, err := newMemPair(pairParams{Mode: m, Size: size, Sends: so[0], Recvs: so[1], Ring: 3 * 4096, Verify: true, Seed: 7})
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := mp.Stream(context.Background(), 0, 5*time.Millisecond)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Bytes == 0 || mp.b.recvOff == 0 {
+						t.Fatalf("nothing delivered: %+v", r)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestEnginePingPong checks that each round trip moves a whole message both
+// ways.
+func TestEnginePingPong(t *testing.T) {
+	for _, m := range modes {
+		mp, err := newMemPair(pairParams{Mode: m, Size: 1000, Sends: 1, Recvs: 1, Ring: 4096, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts, err := mp.PingPong(context.Background(), 0, 5*time.Millisecond, waitInline)
+		if err != nil {
+			t.Fatalf("%v: %v", m, err)
+		}
+		if n := int64(len(rts)); n == 0 || mp.b.recvBytes < 1000*n || mp.a.recvBytes < 1000*n {
+			t.Errorf("%v: %d round trips, %d and %d bytes received", m, len(rts), mp.a.recvBytes, mp.b.recvBytes)
+		}
+	}
+}
+
+// TestEmulatedLink checks the virtual-time link against its two limits: the
+// window (outstanding bytes per round trip) and the link rate.
+func TestEmulatedLink(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode dynproto.Mode
+		size int
+		link linkParams
+		want float64 // GB/s
+	}{
+		// 32 outstanding 64 KiB recvs per 48 ms round trip.
+		{"window", dynproto.DirectOnly, 64 << 10, linkParams{48 * time.Millisecond, 10e9}, 32 * 65536 / 0.048 / 1e9},
+		// 32 MiB outstanding per 1 ms: the 10 Gbit/s link limits.
+		{"link", dynproto.DirectOnly, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
+		{"link-dynamic", dynproto.Dynamic, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := tc.link
+			mp, err := newMemPair(pairParams{Mode: tc.mode, Size: tc.size, Sends: 32, Recvs: 32, Ring: 4 << 20, Link: &l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := mp.Stream(context.Background(), 500*time.Millisecond, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Virtual || r.Elapsed != 2*time.Second {
+				t.Errorf("elapsed %v virtual %v", r.Elapsed, r.Virtual)
+			}
+			if got := r.gbps(); math.Abs(got-tc.want)/tc.want > 0.03 {
+				t.Errorf("%.4f GB/s, want %.4f within 3%%", got, tc.want)
+			}
+		})
+	}
+}

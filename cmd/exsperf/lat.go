@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/exsgo/exs/dynproto"
+)
+
+type latOpts struct {
+	duration, warmup time.Duration
+	sizes            []int
+	modes            []dynproto.Mode
+	waits            []waitMode
+	transport        string
+	tcp              string
+	cc               string
+	json             string
+	seed             int64
+	quiet            bool
+}
+
+func (o *latOpts) register(fs *flag.FlagSet) {
+	o.duration, o.warmup, o.sizes = 300*time.Millisecond, 100*time.Millisecond, []int{64, 4 << 10, 64 << 10}
+	o.modes, o.waits = append([]dynproto.Mode(nil), modes...), []waitMode{waitBusy, waitBlock}
+	o.transport, o.tcp, o.cc, o.seed = "auto", "tcp", "cubic", 1
+	registerTiming(fs, &o.duration, &o.warmup)
+	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes")
+	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes")
+	fs.Var(modesFlag{&o.modes}, "modes", "modes to run")
+	fs.Var(waitsFlag{&o.waits}, "wait", "wait modes: busy, block (where the transport has threads to wait)")
+	fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
+	fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp, tcp-proc or off")
+	registerTCP(fs, &o.cc)
+	registerOutput(fs, &o.json, &o.seed, &o.quiet)
+}
+
+// latPoint is one latency measurement.
+type latPoint struct {
+	tr   transport
+	run  string
+	wait waitMode
+	p    pairParams
+}
+
+func runLat(ctx context.Context, e *env, o *latOpts) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
+	}
+	if err := durationOK("duration", o.duration, false); err != nil {
+		return usageError{err}
+	}
+	if err := durationOK("warmup", o.warmup, true); err != nil {
+		return usageError{err}
+	}
+	if o.tcp != "tcp" && o.tcp != "tcp-proc" && o.tcp != "off" {
+		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
+	}
+	tr, err := openTransport(o.transport)
+	if err != nil {
+		return usageError{err}
+	}
+	defer tr.Close()
+	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
+	if err != nil {
+		return err
+	}
+	if tcp != nil {
+		defer tcp.Close()
+	}
+	host := readHost()
+	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
+		Params: map[string]any{"sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()}}
+	out := e.stdout
+	if o.json == "-" {
+		out = io.Discard
+	}
+	fmt.Fprintln(out, "exsperf lat: ping-pong round trips (one message in flight)")
+	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "%v per point after %v warm-up\n", o.duration, o.warmup)
+	if slices.Contains(o.waits, waitBusy) && host.load1() > float64(host.CPUs)-2 {
+		notes = append(notes, fmt.Sprintf("busy-poll needs a CPU for each spinning side, but the load average is %.1f on %d CPUs: expect its round trips to include scheduler time slices", host.load1(), host.CPUs))
+		rep.Notes = notes
+	}
+	for _, n := range notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	fmt.Fprintln(out)
+	var pts []latPoint
+	for _, size := range o.sizes {
+		base := pairParams{Size: size, Sends: 1, Recvs: 1, Ring: max(4<<20, 2*size), CC: o.cc, Seed: o.seed}
+		for _, m := range o.modes {
+			p := base
+			p.Mode = m
+			if tr.Name() == "engine" {
+				pts = append(pts, latPoint{tr, m.String(), waitInline, p})
+				continue
+			}
+			for _, w := range o.waits {
+				pts = append(pts, latPoint{tr, m.String(), w, p})
+			}
+		}
+		if tcp != nil {
+			for _, w := range o.waits {
+				if w == waitBusy && !busyPollSupported {
+					continue
+				}
+				pts = append(pts, latPoint{tcp, tcpRunName(tcp), w, base})
+			}
+		}
+	}
+	t := &table{head: []string{"size", "run", "wait", "round trips", "min us", "p50 us", "p99 us", "p99.9 us", "mean us"},
+		align: []bool{true, false, false, true, true, true, true, true, true}}
+	hdr := *t
+	hdr.write(out)
+	prog := newProgress(e.stderr, o.quiet, len(pts))
+	for _, pt := range pts {
+		prog.step(fmt.Sprintf("%s %s %v", sizeName(pt.p.Size), pt.run, pt.wait))
+		rts, err := pingPong(ctx, pt, o.warmup, o.duration)
+		if err != nil {
+			prog.done()
+			return fmt.Errorf("%s %s %v: %w", sizeName(pt.p.Size), pt.run, pt.wait, err)
+		}
+		r := makeLatRow(pt.tr.Name(), pt.run, pt.wait, pt.p.Size, rts)
+		rep.Latency = append(rep.Latency, r)
+		prog.clear()
+		fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", sizeName(r.Size), r.Run, r.Wait, r.Samples,
+			sig(r.Min), sig(r.P50), sig(r.P99), sig(r.P999), sig(r.Mean))
+	}
+	prog.done()
+	fmt.Fprintln(out, "\nOne-way latency is about half a round trip. p99.9 needs 1000 round trips or more to mean anything.")
+	if o.json != "" {
+		return writeJSON(o.json, e.stdout, rep)
+	}
+	return nil
+}
+
+func pingPong(ctx context.Context, pt latPoint, warmup, d time.Duration) ([]time.Duration, error) {
+	pr, err := pt.tr.Open(ctx, pt.p)
+	if err != nil {
+		return nil, err
+	}
+	rts, err := pr.PingPong(ctx, warmup, d, pt.wait)
+	if err = errors.Join(err, pr.Close()); err != nil {
+		return nil, err
+	}
+	if len(rts) == 0 {
+		return nil, errors.New("exs: no round trip completed in the measured interval")
+	}
+	return rts, nil
+}

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The server/client protocol. A client opens one TCP connection per
+// measurement and sends a request (a 4-byte big-endian length, then JSON);
+// the connection then carries the test's data:
+//
+//   - stream: the client writes Size-byte messages; the server reads, and
+//     from its first byte on times Warmup, then Duration; at the end it
+//     sends its reply (same framing) and keeps reading until the client
+//     closes its side on reading the reply.
+//   - pingpong: the client sends Size bytes, the server sends them back,
+//     until the client closes its side; no reply.
+//
+// The server handles one connection at a time (as iperf3 does), so that
+// measurements do not share the machine.
+type request struct {
+	Test     string        `json:"test"`
+	Size     int           `json:"size"`
+	Warmup   time.Duration `json:"warmup_ns"`
+	Duration time.Duration `json:"duration_ns"`
+	Wait     string        `json:"wait,omitempty"`
+	Verify   bool          `json:"verify,omitempty"`
+	Seed     int64         `json:"seed,omitempty"`
+}
+
+type reply struct {
+	Err       string        `json:"err,omitempty"`
+	Bytes     int64         `json:"bytes"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	CPUProc   time.Duration `json:"cpu_process_ns"` // -1 if unknown
+	CPUThread time.Duration `json:"cpu_thread_ns"`
+	CC        string        `json:"cc"`
+}
+
+const maxHeader = 1 << 16
+
+func writeMsg(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	_, err = w.Write(append(msg, b...))
+	return err
+}
+
+func readMsg(r io.Reader, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return err
+	}
+	l := binary.BigEndian.Uint32(n[:])
+	if l > maxHeader {
+		return fmt.Errorf("exs: control message of %d bytes", l)
+	}
+	b := make([]byte, l)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// peerAddr is a parsed server address: which provider, and where.
+type peerAddr struct {
+	scheme string // "tcp"
+	host   string // host:port
+}
+
+// defaultPort is the server's default port (iperf3's).
+const defaultPort = "5201"
+
+// parsePeerAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST" (plain TCP).
+// Other schemes name an exs provider; those that cannot cross processes yet
+// are refused with a clear message.
+func parsePeerAddr(s string, listen bool) (peerAddr, error) {
+	scheme, rest, found := strings.Cut(s, ":")
+	if found {
+		switch scheme {
+		case "tcp":
+			s = rest
+		case "inproc":
+			return peerAddr{}, fmt.Errorf("%q: the in-process provider cannot reach another process; run exsperf without server/client to measure it", s)
+		case "shm", "iwarp", "exs", "exs+tcp":
+			return peerAddr{}, fmt.Errorf("%q: exs over the %s provider is not available yet; use tcp:HOST:PORT for the plain-TCP anchor", s, scheme)
+		}
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		if listen || strings.Contains(s, ":") && !strings.HasPrefix(s, "[") {
+			return peerAddr{}, fmt.Errorf("bad address %q (want tcp:HOST:PORT)", s)
+		}
+		host, port = s, defaultPort
+	}
+	if port == "" {
+		port = defaultPort
+	}
+	return peerAddr{scheme: "tcp", host: net.JoinHostPort(host, port)}, nil
+}
+
+// server accepts measurement connections and serves them one at a time.
+type server struct {
+	ln  net.Listener
+	log *zap.Logger
+	cc  string
+}
+
+func listenServer(ctx context.Context, a peerAddr, cc string, log *zap.Logger) (*server, error) {
+	lc := net.ListenConfig{Control: congestionControl(cc)}
+	ln, err := lc.Listen(ctx, "tcp", a.host)
+	if err != nil {
+		return nil, fmt.Errorf("exs: server: %w", err)
+	}
+	return &server{ln: ln, log: log, cc: cc}, nil
+}
+
+func (s *server) addr() string { return "tcp:" + s.ln.Addr().String() }
+
+// serve handles connections until ctx is done (then it returns nil) or, with
+// once, after the first. It closes the listener before returning; a session in
+// progress is cut short by ctx.
+func (s *server) serve(ctx context.Context, once bool) error {
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	defer s.ln.Close()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("exs: server: %w", err)
+		}
+		s.log.Info("session", zap.String("peer", c.RemoteAddr().String()))
+		if err := s.session(ctx, c.(*net.TCPConn)); err != nil && ctx.Err() == nil {
+			s.log.Warn("session ended", zap.Error(err))
+		}
+		if once {
+			return nil
+		}
+	}
+}
+
+func (s *server) session(ctx context.Context, c *net.TCPConn) error {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var req request
+	if err := readMsg(c, &req); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Time{})
+	if req.Size < 1 || req.Size > 1<<30 {
+		return writeMsg(c, reply{Err: fmt.Sprintf("bad size %d", req.Size)})
+	}
+	switch req.Test {
+	case "stream":
+		return s.stream(c, req)
+	case "pingpong":
+		w := waitBlock
+		if req.Wait == waitBusy.String() {
+			w = waitBusy
+		}
+		return echo(c, req.Size, w, func() bool { return ctx.Err() != nil })
+	}
+	return writeMsg(c, reply{Err: fmt.Sprintf("unknown test %q", req.Test)})
+}
+
+// stream is the server's side of a stream test: it reads and measures.
+func (s *server) stream(c *net.TCPConn, req request) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, req.Size)
+	var bytes int64
+	var start time.Time
+	var m [2]mark
+	phase := 0
+	for {
+		k, err := c.Read(buf)
+		if req.Verify && k > 0 {
+			if off := checkPattern(buf[:k], uint64(bytes), byte(req.Seed)); off >= 0 {
+				return writeMsg(c, reply{Err: fmt.Sprintf("wrong byte at stream offset %d", bytes+int64(off))})
+			}
+		}
+		bytes += int64(k)
+		if err != nil {
+			if phase < 2 {
+				return fmt.Errorf("exs: server: stream ended early: %w", err)
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		el := time.Since(start)
+		if phase == 0 && el >= req.Warmup {
+			m[0], phase = takeMark(bytes, 0), 1
+		}
+		if phase == 1 && el >= req.Warmup+req.Duration {
+			m[1], phase = takeMark(bytes, 0), 2
+			r := reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
+				CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread), CC: connCongestion(c)}
+			if err := writeMsg(c, r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// netTransport measures against an exsperf server (plain TCP) at an address.
+type netTransport struct {
+	name  string
+	about string
+	addr  peerAddr
+}
+
+func (t *netTransport) Name() string     { return t.name }
+func (t *netTransport) Describe() string { return t.about }
+func (t *netTransport) HasModes() bool   { return false }
+func (t *netTransport) Close() error     { return nil }
+
+func (t *netTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+	d := net.Dialer{Control: congestionControl(p.CC), Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", t.addr.host)
+	if err != nil {
+		return nil, fmt.Errorf("exs: %s: %w", t.name, err)
+	}
+	return &netPair{c: c.(*net.TCPConn), p: p}, nil
+}
+
+// netPair is one measurement connection to a server; this side is the
+// sender (Stream) and the pinger (PingPong).
+type netPair struct {
+	c *net.TCPConn
+	p pairParams
+}
+
+func (np *netPair) Close() error { return np.c.Close() }
+
+func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
+	stop := context.AfterFunc(ctx, func() { np.c.Close() })
+	defer stop()
+	req := request{Test: "stream", Size: np.p.Size, Warmup: warmup, Duration: d, Verify: np.p.Verify, Seed: np.p.Seed}
+	if err := writeMsg(np.c, req); err != nil {
+		return result{}, err
+	}
+	var got atomic.Bool
+	var rep reply
+	var rerr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rerr = readMsg(np.c, &rep)
+		got.Store(true)
+	}()
+	runtime.LockOSThread()
+	bufs := makeBufs(np.p.Sends, np.p.Size)
+	var m [2]mark
+	phase := 0
+	var msgs int64
+	start := time.Now()
+	var werr error
+	for i := 0; !got.Load(); i++ {
+		b := bufs[i%len(bufs)]
+		if np.p.Verify {
+			fillPattern(b, uint64(i)*uint64(len(b)), byte(np.p.Seed))
+		}
+		if _, err := np.c.Write(b); err != nil {
+			werr = err
+			break
+		}
+		msgs++
+		el := time.Since(start)
+		if phase == 0 && el >= warmup {
+			m[0], phase = takeMark(0, msgs), 1
+		}
+		if phase == 1 && el >= warmup+d {
+			m[1], phase = takeMark(0, msgs), 2
+		}
+	}
+	runtime.UnlockOSThread()
+	np.c.CloseWrite()
+	wg.Wait()
+	if rerr != nil {
+		return result{}, fmt.Errorf("exs: reading the server's reply: %w (write: %v)", rerr, werr)
+	}
+	if rep.Err != "" {
+		return result{}, fmt.Errorf("exs: server: %s", rep.Err)
+	}
+	// Wait for the server to drain and close, so that the next
+	// measurement does not overlap this one.
+	np.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	io.Copy(io.Discard, np.c)
+	r := result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
+		Note: "congestion control " + rep.CC}
+	if phase == 2 {
+		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * rep.Elapsed.Seconds() / m[1].at.Sub(m[0].at).Seconds())
+		r.CPUSend = cpuDelta(m[0].proc, m[1].proc)
+		// Scale the sender's CPU to the server's interval.
+		if r.CPUSend >= 0 {
+			r.CPUSend = time.Duration(float64(r.CPUSend) * rep.Elapsed.Seconds() / m[1].at.Sub(m[0].at).Seconds())
+		}
+	}
+	if r.CPUSend >= 0 && r.CPURecv >= 0 {
+		r.CPUTotal = r.CPUSend + r.CPURecv
+	}
+	return r, nil
+}
+
+func (np *netPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
+	if w != waitBlock && w != waitBusy {
+		return nil, fmt.Errorf("exs: wait mode %v does not apply to TCP", w)
+	}
+	stop := context.AfterFunc(ctx, func() { np.c.Close() })
+	defer stop()
+	if err := writeMsg(np.c, request{Test: "pingpong", Size: np.p.Size, Wait: w.String()}); err != nil {
+		return nil, err
+	}
+	rts, err := pingClient(ctx, np.c, np.p.Size, w, warmup, d)
+	np.c.CloseWrite()
+	np.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	io.Copy(io.Discard, np.c)
+	return rts, err
+}
+
+// procTransport measures against a child exsperf process it starts (the
+// hidden "peer" subcommand), over plain TCP on loopback. An exs provider
+// that crosses processes is added by having the child listen on it too.
+type procTransport struct {
+	netTransport
+	cmd   *exec.Cmd
+	stdin io.Closer
+	done  chan error
+}
+
+// peerEnv makes a test binary behave as exsperf when re-executed as a peer.
+const peerEnv = "EXSPERF_PEER_MAIN"
+
+func newProcTransport(scheme string) (*procTransport, error) {
+	return &procTransport{netTransport: netTransport{
+		name:  scheme + "-proc",
+		about: "plain Go TCP over loopback to a child exsperf process (CPU per side: RUSAGE_SELF of each process)",
+	}}, nil
+}
+
+func (t *procTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+	if t.cmd == nil {
+		if err := t.start(p.CC); err != nil {
+			return nil, err
+		}
+	}
+	return t.netTransport.Open(ctx, p)
+}
+
+// start re-executes this binary as "exsperf peer" and reads the address it
+// listens on. The child exits when its stdin closes.
+func (t *procTransport) start(cc string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("exs: starting the peer process: %w", err)
+	}
+	cmd := exec.Command(exe, "peer", "--cc", cc)
+	cmd.Env = append(os.Environ(), peerEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("exs: starting the peer process: %w", err)
+	}
+	t.done = make(chan error, 1)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("exs: the peer process did not start: %w", err)
+	}
+	a, err := parsePeerAddr(strings.TrimSpace(strings.TrimPrefix(line, "listening ")), true)
+	if err != nil {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("exs: the peer process said %q: %w", line, err)
+	}
+	t.addr, t.cmd, t.stdin = a, cmd, in
+	go func() { t.done <- cmd.Wait() }()
+	return nil
+}
+
+// Close ends the child: it closes its stdin, then kills it if it has not
+// exited within five seconds.
+func (t *procTransport) Close() error {
+	if t.cmd == nil {
+		return nil
+	}
+	t.stdin.Close()
+	select {
+	case err := <-t.done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.cmd.Process.Kill()
+		return <-t.done
+	}
+}

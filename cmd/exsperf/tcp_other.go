@@ -1,0 +1,30 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+func systemCongestion() string { return "unknown" }
+
+func congestionControl(name string) func(network, address string, c syscall.RawConn) error {
+	if name == "" {
+		return nil
+	}
+	return func(string, string, syscall.RawConn) error {
+		return errors.New("exs: setting the congestion control needs Linux (use --cc '')")
+	}
+}
+
+func connCongestion(*net.TCPConn) string { return "unknown" }
+
+var errStopped = errors.New("exs: stopped")
+
+func spinIO(*net.TCPConn, func() bool, func(read, write func([]byte) (int, error)) error) error {
+	return errors.New("exs: busy polling a socket needs Linux")
+}
+
+const busyPollSupported = false

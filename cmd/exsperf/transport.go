@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/exsgo/exs/dynproto"
+)
+
+// A transport connects pairs of endpoints for measurements: the seam between
+// what exsperf measures (the paper's experiments and the anchors) and what it
+// measures it on. Each measurement opens a fresh pair.
+type transport interface {
+	// Name is the short name used by --transport and in reports.
+	Name() string
+	// Describe says in one line what a pair is and how CPU is attributed.
+	Describe() string
+	// HasModes reports whether pairs run the protocol engine, so that
+	// pairParams.Mode and the percentage of direct bytes mean something.
+	HasModes() bool
+	// Open connects a pair. The pair is used by one goroutine at a time.
+	Open(ctx context.Context, p pairParams) (pair, error)
+	// Close releases what the transport holds across pairs (a child
+	// process, a listener). Pairs must be closed first.
+	Close() error
+}
+
+// A pair is two connected endpoints: one sends n-byte messages, the other
+// receives them.
+type pair interface {
+	// Stream keeps Sends sends and Recvs recvs of Size bytes outstanding
+	// for warmup and then for d, and reports what happened during d.
+	Stream(ctx context.Context, warmup, d time.Duration) (result, error)
+	// PingPong bounces one Size-byte message back and forth for warmup and
+	// then for d, and returns the round-trip times measured during d.
+	PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error)
+	// Close disconnects the pair; nothing is in flight between calls.
+	Close() error
+}
+
+// pairParams sets up a pair.
+type pairParams struct {
+	Mode  dynproto.Mode // ignored when !HasModes
+	Size  int           // message size in bytes
+	Sends int           // outstanding sends
+	Recvs int           // outstanding recvs
+	Ring  int           // stream buffer bytes
+	Link  *linkParams   // emulated distance; nil for none
+	// AdvertsFirst (with Link) starts the sender once the receiver's first
+	// ADVERTs have arrived, instead of together with the receiver.
+	AdvertsFirst bool
+	Verify       bool   // check every received byte
+	Seed         int64  // payload pattern
+	CC           string // TCP congestion control ("" for the system's)
+}
+
+// result is what a stream measurement saw during its measured interval.
+// CPU figures are -1 when unknown.
+type result struct {
+	Bytes   int64         // payload bytes received
+	Msgs    int64         // sends completed
+	Elapsed time.Duration // the measured interval
+	Virtual bool          // Elapsed is emulated time, not wall time
+
+	HasDirect     bool // the following four mean something
+	BytesDirect   uint64
+	BytesIndirect uint64
+	XfersDirect   uint64
+	XfersIndirect uint64
+
+	CPUSend  time.Duration // the sending side
+	CPURecv  time.Duration // the receiving side
+	CPUTotal time.Duration // both sides (whole processes)
+
+	Note string // e.g. the congestion control a TCP run used
+}
+
+func (r result) gbps() float64 { return float64(r.Bytes) / r.Elapsed.Seconds() / 1e9 }
+
+func (r result) msgRate() float64 { return float64(r.Msgs) / r.Elapsed.Seconds() }
+
+// pctDirect is the percentage of payload bytes sent directly, or -1.
+func (r result) pctDirect() float64 {
+	t := r.BytesDirect + r.BytesIndirect
+	if !r.HasDirect || t == 0 {
+		return -1
+	}
+	return 100 * float64(r.BytesDirect) / float64(t)
+}
+
+// cpuPerGB converts a CPU time to seconds per GB received, or -1.
+func (r result) cpuPerGB(c time.Duration) float64 {
+	if c < 0 || r.Bytes == 0 {
+		return -1
+	}
+	return c.Seconds() / (float64(r.Bytes) / 1e9)
+}
+
+// waitMode says how a side waits for its peer.
+type waitMode uint8
+
+const (
+	waitBlock  waitMode = iota + 1 // sleep in the kernel or the Go scheduler
+	waitBusy                       // spin
+	waitInline                     // nothing to wait for: one goroutine runs both sides
+)
+
+func (w waitMode) String() string {
+	switch w {
+	case waitBlock:
+		return "blocking"
+	case waitBusy:
+		return "busy-poll"
+	case waitInline:
+		return "inline"
+	}
+	return fmt.Sprintf("waitMode(%d)", uint8(w))
+}
+
+var modes = []dynproto.Mode{dynproto.DirectOnly, dynproto.IndirectOnly, dynproto.Dynamic}
+
+func parseModes(s string) ([]dynproto.Mode, error) {
+	var out []dynproto.Mode
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		found := false
+		for _, m := range modes {
+			if f == m.String() || (f == "direct" && m == dynproto.DirectOnly) || (f == "indirect" && m == dynproto.IndirectOnly) {
+				out, found = append(out, m), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown mode %q (want direct-only, indirect-only or dynamic)", f)
+		}
+	}
+	return out, nil
+}
+
+// transports lists what --transport accepts, in order of preference for
+// "auto". A constructor returns errUnavailable when the transport cannot run
+// in this build or on this host yet.
+var transports = []struct {
+	name string
+	help string
+	make func() (transport, error)
+}{
+	{"engine", "dynproto engines over process memory, one goroutine (protocol cost only)", func() (transport, error) { return engineTransport{}, nil }},
+	{"tcp", "plain Go TCP over loopback, two goroutines in this process (anchor)", func() (transport, error) { return &tcpTransport{}, nil }},
+	{"tcp-proc", "plain Go TCP over loopback to a child exsperf process (anchor)", func() (transport, error) { return newProcTransport("tcp") }},
+}
+
+// errUnavailable marks a transport that cannot run here (yet).
+var errUnavailable = fmt.Errorf("exs: transport not available")
+
+func transportNames() string {
+	var b strings.Builder
+	for i, t := range transports {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(t.name)
+	}
+	return b.String()
+}
+
+// openTransport returns the transport called name; "auto" picks the first
+// one in the list whose pairs run the protocol engine and that is available,
+// preferring the socket API over the bare engine.
+func openTransport(name string) (transport, error) {
+	if name == "auto" {
+		name = autoTransport
+	}
+	for _, t := range transports {
+		if t.name == name {
+			return t.make()
+		}
+	}
+	return nil, fmt.Errorf("unknown transport %q (want auto, %s)", name, transportNames())
+}
+
+// autoTransport is what "auto" means: the socket API over the in-process
+// provider once it exists, the bare engine until then.
+var autoTransport = "engine"
