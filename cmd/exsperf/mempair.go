@@ -325,27 +325,12 @@ func (mp *memPair) result(s0, s1 snapshot) result {
 
 // Stream: end a keeps Sends sends outstanding, end b Recvs recvs.
 func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
-	a, b := mp.a, mp.b
-	a.alloc(mp.p.Sends, 1)
-	b.alloc(1, mp.p.Recvs)
-	a.keepSends, a.sendsWant = true, mp.p.Sends
-	b.keepRecvs, b.recvsWant = true, mp.p.Recvs
-	// The receiver is ready first, as a server that posts its recvs on
-	// accepting: its ADVERTs reach the sender before the first send.
-	for range mp.p.Recvs {
-		b.postRecv()
-	}
 	if mp.vnet != nil {
+		mp.startStream(false)
 		return mp.streamVirtual(ctx, warmup, d)
 	}
-	if _, err := b.run(); err != nil {
+	if err := mp.startStream(true); err != nil {
 		return result{}, err
-	}
-	if _, err := a.step(); err != nil {
-		return result{}, err
-	}
-	for range mp.p.Sends {
-		a.postSend()
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -353,21 +338,9 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	var s0 snapshot
 	measuring := false
 	for n := 0; ; n++ {
-		t1 := time.Now()
-		didA, err := a.step()
+		t3, err := mp.turn()
 		if err != nil {
 			return result{}, err
-		}
-		t2 := time.Now()
-		didB, err := b.step()
-		if err != nil {
-			return result{}, err
-		}
-		t3 := time.Now()
-		a.busy += t2.Sub(t1)
-		b.busy += t3.Sub(t2)
-		if !didA && !didB {
-			return result{}, fmt.Errorf("%w: sender %+v; receiver %+v", errStalled, a.eng.State(), b.eng.State())
 		}
 		el := t3.Sub(start)
 		if !measuring && el >= warmup {
@@ -380,6 +353,57 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 			return result{}, ctx.Err()
 		}
 	}
+}
+
+// startStream gives the ends their buffers and posts the recvs, and with
+// sends also the sends.
+func (mp *memPair) startStream(sends bool) error {
+	a, b := mp.a, mp.b
+	a.alloc(mp.p.Sends, 1)
+	b.alloc(1, mp.p.Recvs)
+	a.keepSends, a.sendsWant = true, mp.p.Sends
+	b.keepRecvs, b.recvsWant = true, mp.p.Recvs
+	// The receiver is ready first, as a server that posts its recvs on
+	// accepting: its ADVERTs reach the sender before the first send.
+	for range mp.p.Recvs {
+		b.postRecv()
+	}
+	if !sends {
+		return nil
+	}
+	if _, err := b.run(); err != nil {
+		return err
+	}
+	if _, err := a.step(); err != nil {
+		return err
+	}
+	for range mp.p.Sends {
+		a.postSend()
+	}
+	return nil
+}
+
+// turn lets the sender and then the receiver take a turn, charging the wall
+// time of each to its end, and returns the time at the end.
+func (mp *memPair) turn() (time.Time, error) {
+	a, b := mp.a, mp.b
+	t1 := time.Now()
+	didA, err := a.step()
+	if err != nil {
+		return t1, err
+	}
+	t2 := time.Now()
+	didB, err := b.step()
+	if err != nil {
+		return t2, err
+	}
+	t3 := time.Now()
+	a.busy += t2.Sub(t1)
+	b.busy += t3.Sub(t2)
+	if !didA && !didB {
+		return t3, fmt.Errorf("%w: sender %+v; receiver %+v", errStalled, a.eng.State(), b.eng.State())
+	}
+	return t3, nil
 }
 
 // streamVirtual runs Stream in emulated time: events happen in time order;
@@ -440,46 +464,55 @@ func (mp *memPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 	if w != waitInline {
 		return nil, fmt.Errorf("exs: the engine transport runs both sides in one goroutine: wait mode %v does not apply", w)
 	}
-	a, b := mp.a, mp.b
-	for _, e := range []*memEnd{a, b} {
+	if err := mp.startPingPong(); err != nil {
+		return nil, err
+	}
+	return pingLoop(ctx, warmup, d, mp.roundTrip)
+}
+
+// startPingPong gives each end one buffer each way and posts a recv at each.
+func (mp *memPair) startPingPong() error {
+	for _, e := range []*memEnd{mp.a, mp.b} {
 		e.alloc(1, 1)
 		e.waitAll = true
 		e.keepRecvs, e.recvsWant = true, 1
 		e.postRecv()
 	}
-	// one moves a message from src to dst and waits until dst has it and
-	// src's send is complete.
-	one := func(src, dst *memEnd) error {
-		want := dst.recvMsgs + 1
-		src.postSend()
-		for dst.recvMsgs < want || src.sendsOut > 0 {
-			d1, err := src.step()
-			if err != nil {
-				return err
-			}
-			d2, err := dst.step()
-			if err != nil {
-				return err
-			}
-			if !d1 && !d2 {
-				return fmt.Errorf("%w: %+v; %+v", errStalled, src.eng.State(), dst.eng.State())
-			}
-		}
-		return nil
-	}
 	// Let the first ADVERTs cross.
-	if _, err := a.step(); err != nil {
-		return nil, err
+	if _, err := mp.a.step(); err != nil {
+		return err
 	}
-	if _, err := b.step(); err != nil {
-		return nil, err
+	_, err := mp.b.step()
+	return err
+}
+
+// roundTrip moves one message from a to b and one back.
+func (mp *memPair) roundTrip() error {
+	if err := oneWay(mp.a, mp.b); err != nil {
+		return err
 	}
-	return pingLoop(ctx, warmup, d, func() error {
-		if err := one(a, b); err != nil {
+	return oneWay(mp.b, mp.a)
+}
+
+// oneWay moves a message from src to dst and waits until dst has it and
+// src's send is complete.
+func oneWay(src, dst *memEnd) error {
+	want := dst.recvMsgs + 1
+	src.postSend()
+	for dst.recvMsgs < want || src.sendsOut > 0 {
+		d1, err := src.step()
+		if err != nil {
 			return err
 		}
-		return one(b, a)
-	})
+		d2, err := dst.step()
+		if err != nil {
+			return err
+		}
+		if !d1 && !d2 {
+			return fmt.Errorf("%w: %+v; %+v", errStalled, src.eng.State(), dst.eng.State())
+		}
+	}
+	return nil
 }
 
 // pingLoop calls rt for warmup, then for d, timing each call made during d.
