@@ -140,4 +140,3 @@ func BenchmarkTCPStream(b *testing.B) {
 		})
 	}
 }
-
