@@ -260,8 +260,8 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	if d.transport != "engine" {
 		fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
 		fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp (in this process), tcp-proc (to a child process) or off")
+		registerTCP(fs, &o.cc)
 	}
-	registerTCP(fs, &o.cc)
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
 }

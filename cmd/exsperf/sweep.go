@@ -36,7 +36,7 @@ func (o *sweepOpts) register(fs *flag.FlagSet) {
 	o.out, o.figures, o.sendsList = "exsperf-sweep", []int{1, 2, 3, 4, 5}, []int{1, 2, 4, 8, 16, 32}
 	o.rtt, o.bandwidth, o.vwarmup, o.vduration, o.distOut = 48*time.Millisecond, 10e9, time.Second, 4*time.Second, 32
 	fs.StringVar(&o.out, "out", o.out, "directory for sweep.md, sweep.json and the SVG figures ('' writes none)")
-	fs.Var(intsFlag{&o.figures}, "figures", "which figures to produce (1-5; 2 comes with 1, 4 with 3)")
+	fs.Var(intsFlag{&o.figures}, "figures", "which figures to produce (1-5; figures 1 and 2 share their runs, as do 3 and 4)")
 	fs.Var(intsFlag{&o.sendsList}, "sends-list", "fig3/fig4: outstanding sends to try, with --recvs fixed")
 	fs.DurationVar(&o.rtt, "rtt", o.rtt, "fig5: emulated round-trip time")
 	fs.Var(bandwidthFlag{&o.bandwidth}, "bandwidth", "fig5: emulated link rate, decimal units (10G = 10 Gbit/s; 0 unlimited)")
