@@ -150,6 +150,7 @@ type node struct {
 type succ struct {
 	parent uint32
 	move   sim.Move
+	to     uint32 // the state reached, if it was found at an earlier level
 	w      *sim.World
 	key    string
 	err    error   // a violation reached by this move (the state is not kept)
@@ -167,6 +168,12 @@ const chunk = 64
 // reported in Result.Violation with a shortest trace. The Result returned
 // with an error describes the part explored.
 //
+// Once every state is explored, Check also looks for a cycle in the state
+// graph: with none, every execution ends in a quiescent state, so checking
+// liveness there covers every execution. A cycle is reported as a liveness
+// violation (a livelock) whose trace leads to the cycle and goes round it
+// once; that trace is not necessarily a shortest one.
+//
 // States are identified by their exact canonical encoding
 // (sim.World.AppendKey), so two states are merged only if they are equal.
 // The exploration order, and so the reported trace, does not depend on
@@ -182,22 +189,15 @@ func Check(ctx context.Context, spec Spec, opt Options) (Result, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	visited := map[string]struct{}{string(packKey(nil, w0.AppendKey(nil))): {}}
+	visited := map[string]uint32{string(packKey(nil, w0.AppendKey(nil))): 0}
 	// parent[id] and via[id] lead back from state id to the initial state.
 	parent := []uint32{0}
 	via := []sim.Move{{}}
-	violation := func(id uint32, last *sim.Move, err error) {
-		var ms []sim.Move
-		if last != nil {
-			ms = append(ms, *last)
-		}
-		for ; id != 0; id = parent[id] {
-			ms = append(ms, via[id])
-		}
-		for i, j := 0, len(ms)-1; i < j; i, j = i+1, j-1 {
-			ms[i], ms[j] = ms[j], ms[i]
-		}
-		res.Violation = &Violation{Spec: spec, Moves: ms, Err: err}
+	// The state graph, every transition from, to, by move, in the order
+	// the states were expanded (so sorted by from).
+	var g graph
+	violation := func(id uint32, last []sim.Move, err error) {
+		res.Violation = &Violation{Spec: spec, Moves: append(pathTo(parent, via, id), last...), Err: err}
 	}
 	res.States = 1
 	observe(&res, w0)
@@ -234,18 +234,21 @@ func Check(ctx context.Context, spec Spec, opt Options) (Result, error) {
 				sc := &c[k]
 				res.Transitions++
 				if sc.w == nil {
-					continue // a state seen at an earlier level
+					g.add(sc.parent, sc.to, sc.move) // a state seen at an earlier level
+					continue
 				}
 				if errors.Is(sc.err, ErrSafety) {
-					violation(sc.parent, &sc.move, sc.err)
+					violation(sc.parent, []sim.Move{sc.move}, sc.err)
 					res.Elapsed = time.Since(start)
 					return res, nil
 				}
-				if _, dup := visited[sc.key]; dup {
+				if to, dup := visited[sc.key]; dup {
+					g.add(sc.parent, to, sc.move)
 					continue
 				}
-				visited[sc.key] = struct{}{}
 				id := uint32(len(parent))
+				visited[sc.key] = id
+				g.add(sc.parent, id, sc.move)
 				parent = append(parent, sc.parent)
 				via = append(via, sc.move)
 				res.States++
@@ -275,8 +278,90 @@ func Check(ctx context.Context, spec Spec, opt Options) (Result, error) {
 			opt.Progress(depth+1, res.States)
 		}
 	}
+	visited = nil
+	if id, loop := g.cycle(res.States); loop != nil {
+		violation(id, loop, fmt.Errorf("%w: livelock: a cycle of %d moves leads back to the state it starts from, so an execution can go on forever", ErrLiveness, len(loop)))
+	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// pathTo returns the moves that lead from the initial state to state id.
+func pathTo(parent []uint32, via []sim.Move, id uint32) []sim.Move {
+	var ms []sim.Move
+	for ; id != 0; id = parent[id] {
+		ms = append(ms, via[id])
+	}
+	for i, j := 0, len(ms)-1; i < j; i, j = i+1, j-1 {
+		ms[i], ms[j] = ms[j], ms[i]
+	}
+	return ms
+}
+
+// graph is a state graph: its edges, sorted by the state they leave.
+type graph struct {
+	from, to []uint32
+	move     []sim.Move
+}
+
+func (g *graph) add(from, to uint32, m sim.Move) {
+	g.from = append(g.from, from)
+	g.to = append(g.to, to)
+	g.move = append(g.move, m)
+}
+
+// cycle looks for a cycle in the graph of n states, all reachable from state
+// 0, by depth-first search. It returns nil if there is none; otherwise a
+// state on a cycle and the moves that go round it.
+func (g *graph) cycle(n int) (uint32, []sim.Move) {
+	// start[s] is the index of the first edge leaving s.
+	start := make([]uint32, n+1)
+	for i, f := range g.from {
+		if i > 0 && f < g.from[i-1] {
+			panic("proofs: state graph edges out of order")
+		}
+		start[f+1]++
+	}
+	for s := 1; s <= n; s++ {
+		start[s] += start[s-1]
+	}
+	const (
+		white = iota
+		grey  // on the DFS path
+		black // done
+	)
+	colour := make([]uint8, n)
+	type frame struct{ s, next uint32 }
+	stack := []frame{{0, start[0]}}
+	colour[0] = grey
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.next == start[top.s+1] {
+			colour[top.s] = black
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		e := top.next
+		top.next++
+		t := g.to[e]
+		switch colour[t] {
+		case white:
+			colour[t] = grey
+			stack = append(stack, frame{t, start[t]})
+		case grey:
+			// Back edge: the path from t to the top, then e, is a cycle.
+			k := len(stack) - 1
+			for stack[k].s != t {
+				k--
+			}
+			var loop []sim.Move
+			for _, f := range stack[k:] {
+				loop = append(loop, g.move[f.next-1])
+			}
+			return t, loop
+		}
+	}
+	return 0, nil
 }
 
 // observe records what a new state shows about phases.
@@ -315,7 +400,7 @@ func packKey(b, k []byte) []byte {
 // the given number of goroutines (all of which have returned when it
 // returns). visited is only read. When ctx ends, the remaining chunks are
 // left empty.
-func expand(ctx context.Context, frontier []node, visited map[string]struct{}, workers int) [][]succ {
+func expand(ctx context.Context, frontier []node, visited map[string]uint32, workers int) [][]succ {
 	n := (len(frontier) + chunk - 1) / chunk
 	out := make([][]succ, n)
 	work := func(k int) {
@@ -341,8 +426,9 @@ func expand(ctx context.Context, frontier []node, visited map[string]struct{}, w
 				}
 				raw = c.AppendKey(raw[:0])
 				key = packKey(key[:0], raw)
-				if _, seen := visited[string(key)]; seen {
-					res = append(res, sc) // counted as a transition only
+				if to, seen := visited[string(key)]; seen {
+					sc.to = to
+					res = append(res, sc)
 					continue
 				}
 				sc.w, sc.key = c, string(key)

@@ -160,3 +160,29 @@ func FuzzPackKey(f *testing.F) {
 		}
 	})
 }
+
+func TestGraphCycle(t *testing.T) {
+	m := func(k sim.MoveKind) sim.Move { return sim.Move{Kind: k} }
+	// 0 -> 1 -> 2 -> 3, 0 -> 2, 1 -> 3: a diamond, no cycle.
+	var g graph
+	g.add(0, 1, m(sim.MoveSend))
+	g.add(0, 2, m(sim.MoveRecv))
+	g.add(1, 2, m(sim.MoveCopy))
+	g.add(1, 3, m(sim.MoveDeliver))
+	g.add(2, 3, m(sim.MoveDeliver))
+	if s, loop := g.cycle(4); loop != nil {
+		t.Fatalf("cycle found in an acyclic graph: state %d, %v", s, loop)
+	}
+	// Add 3 -> 1: the cycle 1 -> 2 -> 3 -> 1 (or 1 -> 3 -> 1).
+	g.add(3, 1, m(sim.MoveWriteDone))
+	s, loop := g.cycle(4)
+	if loop == nil {
+		t.Fatal("no cycle found")
+	}
+	want := map[uint32][]sim.Move{
+		1: {m(sim.MoveCopy), m(sim.MoveDeliver), m(sim.MoveWriteDone)},
+	}
+	if diff := cmp.Diff(want[s], loop); diff != "" {
+		t.Errorf("cycle from state %d mismatch (-want +got):\n%s", s, diff)
+	}
+}

@@ -11,7 +11,8 @@
 //     stream buffer is never overrun; phases never decrease; sends complete
 //     once with their full length; neither engine reports a protocol error;
 //   - liveness: in every state with no move enabled, every send has
-//     completed and every unit sent has been delivered;
+//     completed and every unit sent has been delivered; and the state graph
+//     has no cycle, so that every execution reaches such a state;
 //   - the efficiency invariant: a receiver that is caught up has S'_r = S_r.
 //
 // Because the search is breadth first, the first violation found comes with
