@@ -1,0 +1,185 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Endpoint is a queue pair's end of one connection, as a provider sees it:
+// the provider hands arriving messages to Deliver, reports the outcome of
+// messages it carried asynchronously with Complete, and reports the
+// connection's end with Terminated. Each connection gets a new Endpoint;
+// once the connection is over, every method does nothing (Deliver returns
+// ErrClosed), so a late call from a provider is harmless.
+//
+// Endpoint is safe for concurrent use, with one rule: Deliver calls for
+// one Endpoint must be made one at a time, in the order the peer posted
+// the work requests, as they arrive on a reliable connection. The zero
+// Endpoint is not usable; this package makes them.
+type Endpoint struct {
+	qp   *QP
+	link Link // set once, before the queue pair becomes ReadyToSend
+
+	mu       sync.Mutex
+	dead     bool        // the connection is over
+	termDone atomic.Bool // link.Terminate has returned (or there was no link)
+}
+
+// QPNum returns the number of the endpoint's queue pair.
+func (e *Endpoint) QPNum() uint32 { return e.qp.num }
+
+// RNR returns the receiver-not-ready policy of the endpoint's queue pair,
+// for providers that must apply it at the target (see Link.RecvPosted).
+func (e *Endpoint) RNR() RNRPolicy { return e.qp.cfg.RNR }
+
+// current reports whether e is still its queue pair's connection.
+func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
+
+// Deliver places a message that arrived from the peer, applying the rules
+// every provider shares, and returns its outcome for the initiator:
+//
+//   - OpWrite, OpWriteWithImm: the range (m.RKey, m.RAddr, m.Len) is
+//     checked against the protection domain's table (mreg.Table.Lookup:
+//     live rkey, bounds without wrap-around, mreg.RemoteWrite) before a
+//     byte is placed; then m.Len bytes are read from m.Payload into place.
+//     OpWriteWithImm then consumes the next RECV, which completes with
+//     m.Imm and byte count m.Len; with no RECV posted nothing is placed and
+//     Deliver returns ErrNoRecv.
+//   - OpSend, OpSendWithImm: consume the next RECV (ErrNoRecv if none),
+//     check its scatter list (ErrRemoteOperation), check that m.Len fits
+//     (ErrTooLong; the RECV completes with StatusLocalLengthError), read
+//     the payload into it, complete it.
+//   - OpRead: the range is checked with mreg.RemoteRead, then its m.Len
+//     bytes are written to m.Sink.
+//
+// A failed check returns the check's error (mreg.ErrInvalidKey,
+// mreg.ErrBounds, mreg.ErrAccess) without touching memory, and moves the
+// queue pair to the Error state: it calls its Link's Terminate, which
+// must make the peer fail too. Every error but ErrNoRecv does the same.
+// A queue pair that is not connected returns ErrClosed. Deliver never
+// blocks on anything but the queue pair's own short critical sections,
+// and does not allocate when it succeeds.
+func (e *Endpoint) Deliver(m *Message) error {
+	qp := e.qp
+	rq := &qp.rq
+	rq.mu.Lock()
+	if !e.current() {
+		rq.mu.Unlock()
+		return ErrClosed
+	}
+	switch qp.State() {
+	case StateReadyToReceive, StateReadyToSend:
+	default:
+		rq.mu.Unlock()
+		return ErrClosed
+	}
+	err, cause := qp.deliverLocked(m)
+	failed := false
+	if cause != nil {
+		failed = qp.enterError(cause)
+		qp.flushRecvLocked()
+	}
+	rq.mu.Unlock()
+	if failed {
+		qp.afterError(cause)
+	}
+	return err
+}
+
+// Complete reports the outcome of a message that Link.Transmit accepted
+// with done == false: nil for success, or the error the target's Deliver
+// returned (or that describes a transport failure). Completions may be
+// reported in any order; this package completes work requests in the
+// order they were posted. A message must be completed at most once;
+// completing one the queue pair has since flushed does nothing. Complete
+// does not block on the provider.
+func (e *Endpoint) Complete(m *Message, err error) {
+	w := m.w
+	if w == nil {
+		return
+	}
+	qp := e.qp
+	sq := &qp.sq
+	sq.mu.Lock()
+	if w.ep != e || w.phase != phaseInflight {
+		sq.mu.Unlock()
+		return
+	}
+	cause := qp.settleLocked(w, err)
+	sq.mu.Unlock()
+	if cause != nil {
+		qp.fail(cause)
+	}
+	qp.kickSend()
+}
+
+// Retry makes the queue pair retransmit a SEND (or RDMA WRITE with
+// immediate data) held back by ErrNoRecv under RNRWait. A provider calls
+// it when the peer's Link.RecvPosted says a RECV is there. A Retry with
+// nothing held does nothing.
+func (e *Endpoint) Retry() {
+	if !e.current() {
+		return
+	}
+	e.qp.sq.unstall.Store(true)
+	e.qp.kickSend()
+}
+
+// Terminated tells the queue pair that the connection is over: the peer
+// disconnected (cause nil or ErrDisconnected), terminated it because of an
+// error, or the transport failed. The queue pair moves to the Error state
+// and flushes its work requests; it calls Link.Terminate, which by then
+// has nothing left to tell the peer.
+func (e *Endpoint) Terminated(cause error) {
+	if !e.current() {
+		return
+	}
+	if cause == nil {
+		cause = ErrDisconnected
+	}
+	cause = fmt.Errorf("exs: by peer: %w", cause)
+	e.qp.fail(cause)
+}
+
+// terminate ends the connection from this side, once: it marks e dead and
+// calls the link's Terminate.
+func (e *Endpoint) terminate(cause error) {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return
+	}
+	e.dead = true
+	l := e.link
+	e.mu.Unlock()
+	if l != nil {
+		l.Terminate(cause)
+	}
+	e.termDone.Store(true)
+}
+
+// setLink records the link of an established connection. If the
+// connection was terminated meanwhile it terminates the link too and
+// returns false.
+func (e *Endpoint) setLink(l Link, cause func() error) bool {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		l.Terminate(cause())
+		return false
+	}
+	e.link = l
+	e.mu.Unlock()
+	return true
+}
+
+// getLink returns the link, or nil while the connection is being set up.
+func (e *Endpoint) getLink() Link {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead {
+		return nil
+	}
+	return e.link
+}

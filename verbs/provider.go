@@ -1,0 +1,161 @@
+package verbs
+
+import (
+	"context"
+	"io"
+
+	"github.com/exsgo/exs/mreg"
+)
+
+// MaxPrivateData is the most private data a connection request, accept or
+// reject may carry, as with rdma_cm over iWARP (MPA).
+const MaxPrivateData = 512
+
+// MaxMessage is the largest number of bytes one work request may move.
+const MaxMessage = 1 << 31
+
+// Provider moves bytes between queue pairs: the in-process provider
+// (package inproc) between two queue pairs of one process; others between
+// processes or hosts. It is the small interface this package consumes; the
+// rules every provider shares (the checks of keys, bounds and rights, the
+// order of completions, the Error state and its flushes, receiver-not-ready)
+// live in this package, behind Endpoint.
+//
+// A provider sets up connections (Listen, Dial) and returns for each a
+// Link, through which this package hands it Messages to carry. At the far
+// end the provider hands each arriving Message to the target's Endpoint
+// (Deliver), which checks it and places its bytes. See docs/verbs.md,
+// "Writing a new provider", and the conformance suite in package
+// verbstest.
+//
+// A Provider must be safe for concurrent use.
+type Provider interface {
+	// Listen starts accepting connection requests at addr, in a syntax
+	// of the provider's choosing (the in-process provider uses
+	// "inproc:name"). It returns an error wrapping syscall.EADDRINUSE if
+	// addr is taken.
+	Listen(addr string) (LinkListener, error)
+
+	// Dial sends a connection request carrying private (at most
+	// MaxPrivateData bytes; the provider must copy it if it keeps it) to
+	// the listener at addr and waits until it is accepted, rejected or
+	// ctx is done. ep is the local queue pair's end of the connection,
+	// already in state ReadyToReceive: the provider may Deliver to it as
+	// soon as the peer accepted.
+	//
+	// On acceptance it returns the Link and the accepter's private data.
+	// On rejection it returns a *RejectError carrying the rejecter's
+	// private data; if no one listens at addr, an error wrapping
+	// syscall.ECONNREFUSED; if ctx is done first, an error wrapping
+	// ctx.Err(). After an error no link to ep remains: the provider makes
+	// no further calls on ep, and the passive side, if it had accepted,
+	// sees the connection terminated.
+	Dial(ctx context.Context, addr string, ep *Endpoint, private []byte) (Link, []byte, error)
+}
+
+// LinkListener is a provider's listener. It must be safe for concurrent
+// use.
+type LinkListener interface {
+	// Accept waits for the next connection request, until ctx is done or
+	// the listener is closed (an error satisfying errors.Is(err,
+	// ErrClosed)).
+	Accept(ctx context.Context) (LinkRequest, error)
+	// Addr returns the address the listener listens on.
+	Addr() string
+	// Close stops listening. Requests not yet accepted are rejected
+	// without private data; blocked Accept calls return ErrClosed.
+	// Connections already accepted are not affected. A second Close
+	// returns ErrClosed.
+	Close() error
+}
+
+// LinkRequest is a connection request received by a LinkListener. Exactly
+// one of Accept and Reject is called, once.
+type LinkRequest interface {
+	// PrivateData returns the private data of the request. The caller
+	// must not modify it.
+	PrivateData() []byte
+	// Accept accepts the request for ep (already in state
+	// ReadyToReceive), sending private to the requester, and returns the
+	// connection's Link. It fails if the requester gave up meanwhile.
+	Accept(ep *Endpoint, private []byte) (Link, error)
+	// Reject rejects the request, sending private to the requester.
+	Reject(private []byte) error
+}
+
+// Link is a provider's end of one connection, owned by the queue pair it
+// was made for. This package calls Transmit from one goroutine at a time,
+// in the order the work requests were posted; RecvPosted and Terminate may
+// be called concurrently with Transmit and with each other.
+type Link interface {
+	// Transmit carries m to the peer, where it must be handed to the
+	// peer's Endpoint.Deliver, in order with the Messages transmitted
+	// before it. m and the memory its Payload and Sink refer to stay valid
+	// until the provider reports m's outcome:
+	//
+	//   - synchronously, by returning done == true and the outcome err
+	//     (nil for success, otherwise an error of Deliver such as
+	//     mreg.ErrBounds or ErrNoRecv);
+	//   - or later, by returning done == false and calling the local
+	//     Endpoint's Complete(m, err).
+	//
+	// Transmit must not block for long, and never on something that
+	// waits for this queue pair (such as its own completions). After
+	// Terminate it returns done == true, err == ErrClosed.
+	Transmit(m *Message) (done bool, err error)
+
+	// RecvPosted tells the provider that the local queue pair, whose
+	// Deliver reported ErrNoRecv, has since had a RECV posted. A provider
+	// that reported ErrNoRecv back to the initiator makes the initiator's
+	// Endpoint Retry; one that holds the Message at the target delivers it
+	// again now. It must not block.
+	RecvPosted()
+
+	// Terminate ends the connection: the local queue pair entered the
+	// Error state with cause (ErrDisconnected for a plain disconnect).
+	// The provider tells the peer, whose Endpoint it calls Terminated on,
+	// and stops calling the local Endpoint; messages in flight are
+	// abandoned (this package flushes their work requests). When
+	// Terminate returns, the provider no longer touches the memory of any
+	// Message it was given. Terminate is idempotent, must not block for
+	// long, and may be called from within a call the provider made into
+	// the local Endpoint (Deliver, Complete, Terminated).
+	Terminate(cause error)
+}
+
+// Message is one operation travelling from a queue pair to its peer. On
+// the initiator's side this package fills it from a work request and
+// hands it to Link.Transmit; at the target, the provider hands a Message
+// to Endpoint.Deliver: the initiator's own (the in-process provider), or
+// one the provider built from what arrived on the wire.
+type Message struct {
+	// Op is the operation.
+	Op Opcode
+	// Imm is the immediate data of OpSendWithImm and OpWriteWithImm.
+	Imm uint32
+	// RKey and RAddr name the target's memory for OpWrite,
+	// OpWriteWithImm and OpRead.
+	RKey  mreg.Key
+	RAddr uint64
+	// Len is the number of bytes sent, written or read.
+	Len int
+	// Payload yields the Len bytes of a SEND or WRITE. On the initiator's
+	// side it reads the gather list, and it also implements io.WriterTo.
+	Payload io.Reader
+	// Sink takes the Len bytes of a READ's response. On the initiator's
+	// side it writes into the scatter list.
+	Sink io.Writer
+
+	w *sendWQE // the initiator's work request; nil at a target
+}
+
+// Segments returns, on the initiator's side, the local memory of m's
+// gather list (SEND, WRITE) or scatter list (READ), one slice per SGE. It
+// returns nil for a Message a provider built. The caller must not retain
+// the slices past m's outcome.
+func (m *Message) Segments() [][]byte {
+	if m.w == nil {
+		return nil
+	}
+	return m.w.segs[:len(m.w.sgl)]
+}

@@ -1,0 +1,292 @@
+package verbs
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/exsgo/exs/mreg"
+)
+
+// recvWQE is one slot of the receive queue.
+type recvWQE struct {
+	wrID uint64
+	sgl  []SGE // cap MaxRecvSGE
+	segs [][]byte
+	refs []*mreg.Region
+}
+
+// recvQueue is a queue pair's receive queue. mu guards everything,
+// including the inbound side: a Deliver holds it while it places a
+// message, so that messages are placed and RECVs completed one at a time,
+// in order, and a flush never overtakes a placement.
+type recvQueue struct {
+	mu         sync.Mutex
+	ring       []recvWQE
+	head, tail uint64
+	rnrWaiting bool // a Deliver reported ErrNoRecv since the last RECV
+}
+
+func (rq *recvQueue) init(depth, maxSGE int) {
+	rq.ring = make([]recvWQE, depth)
+	sgl := make([]SGE, depth*maxSGE)
+	segs := make([][]byte, depth*maxSGE)
+	refs := make([]*mreg.Region, depth*maxSGE)
+	for i := range rq.ring {
+		lo, hi := i*maxSGE, (i+1)*maxSGE
+		rq.ring[i] = recvWQE{sgl: sgl[lo:lo:hi], segs: segs[lo:hi:hi], refs: refs[lo:hi:hi]}
+	}
+}
+
+func (rq *recvQueue) at(i uint64) *recvWQE { return &rq.ring[i%uint64(len(rq.ring))] }
+
+// PostRecv posts one receive work request; see PostRecvBatch.
+func (qp *QP) PostRecv(wr RecvWR) error {
+	if _, err := checkSGL(wr.SGL, qp.cfg.MaxRecvSGE); err != nil {
+		return err
+	}
+	rq := &qp.rq
+	rq.mu.Lock()
+	if err := qp.recvRoomLocked(1); err != nil {
+		rq.mu.Unlock()
+		return err
+	}
+	l := qp.appendRecvLocked(&wr)
+	rq.mu.Unlock()
+	qp.recvPosted(l)
+	return nil
+}
+
+// PostRecvBatch posts receive work requests in order and returns how many
+// it posted; the error says why wrs[n] was refused: ErrInvalid (too many
+// SGEs), ErrQueueFull (the receive queue or the receive CQ is full),
+// ErrQPState (state Reset), ErrClosed. RECVs may be posted from state Init
+// on, before the queue pair is connected; posted in the Error state they
+// complete at once with StatusFlushed. The scatter list is checked when a
+// message consumes the RECV (StatusLocalProtectionError then).
+//
+// A RECV posted while the peer's SEND waits for one (RNRWait) lets that
+// SEND, and the work queued behind it, proceed; with the in-process
+// provider it runs in the calling goroutine. PostRecvBatch never blocks,
+// does not allocate, and is safe to call concurrently with every other
+// method.
+func (qp *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
+	rq := &qp.rq
+	n := 0
+	var err error
+	var wake Link
+	rq.mu.Lock()
+	for n < len(wrs) {
+		if _, err = checkSGL(wrs[n].SGL, qp.cfg.MaxRecvSGE); err != nil {
+			break
+		}
+		if err = qp.recvRoomLocked(1); err != nil {
+			break
+		}
+		if l := qp.appendRecvLocked(&wrs[n]); l != nil {
+			wake = l
+		}
+		n++
+	}
+	rq.mu.Unlock()
+	qp.recvPosted(wake)
+	return n, err
+}
+
+// recvRoomLocked checks that n RECVs may be posted and reserves their
+// completion slots.
+func (qp *QP) recvRoomLocked(n int) error {
+	rq := &qp.rq
+	if qp.closed.Load() {
+		return ErrClosed
+	}
+	if s := qp.State(); s == StateReset {
+		return fmt.Errorf("%w: post receive in state %v", ErrQPState, s)
+	}
+	if int(rq.tail-rq.head)+n > len(rq.ring) {
+		return fmt.Errorf("%w: receive queue holds %d work requests", ErrQueueFull, len(rq.ring))
+	}
+	return qp.cfg.RecvCQ.reserve(n)
+}
+
+// appendRecvLocked queues wr, or flushes it at once in the Error state. It
+// returns the link to tell if a sender waits for the RECV, else nil. While
+// the link is not yet known the sender keeps waiting and rewake tells it
+// later.
+func (qp *QP) appendRecvLocked(wr *RecvWR) Link {
+	rq := &qp.rq
+	if qp.State() == StateError {
+		qp.cfg.RecvCQ.push(WC{WRID: wr.WRID, Status: StatusFlushed, Opcode: WCRecv, QPNum: qp.num})
+		return nil
+	}
+	w := rq.at(rq.tail)
+	w.wrID = wr.WRID
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	rq.tail++
+	return qp.wakeLocked()
+}
+
+// wakeLocked clears rnrWaiting and returns the link to tell, if a sender
+// waits and the link is known.
+func (qp *QP) wakeLocked() Link {
+	rq := &qp.rq
+	if !rq.rnrWaiting || rq.head == rq.tail {
+		return nil
+	}
+	ep := qp.ep.Load()
+	if ep == nil {
+		return nil
+	}
+	l := ep.getLink()
+	if l != nil {
+		rq.rnrWaiting = false
+	}
+	return l
+}
+
+// recvPosted tells the provider that a RECV arrived for a waiting sender.
+func (qp *QP) recvPosted(l Link) {
+	if l != nil {
+		l.RecvPosted()
+	}
+}
+
+// rewake passes on a RECV that was posted for a waiting sender before the
+// connection's link was known.
+func (qp *QP) rewake() {
+	qp.rq.mu.Lock()
+	l := qp.wakeLocked()
+	qp.rq.mu.Unlock()
+	qp.recvPosted(l)
+}
+
+// flushRecvLocked completes every queued RECV with StatusFlushed.
+func (qp *QP) flushRecvLocked() {
+	rq := &qp.rq
+	for rq.head != rq.tail {
+		w := rq.at(rq.head)
+		rq.head++
+		qp.cfg.RecvCQ.push(WC{WRID: w.wrID, Status: StatusFlushed, Opcode: WCRecv, QPNum: qp.num})
+	}
+	rq.rnrWaiting = false
+}
+
+// completeRecvLocked pops the head RECV and posts its completion.
+func (qp *QP) completeRecvLocked(wc WC) {
+	rq := &qp.rq
+	w := rq.at(rq.head)
+	rq.head++
+	wc.WRID = w.wrID
+	wc.QPNum = qp.num
+	qp.cfg.RecvCQ.push(wc)
+}
+
+// deliver places an incoming message; see Endpoint.Deliver. It returns
+// the outcome for the initiator and, if the message made this queue pair
+// fail, the cause (the queue pair is then already in Error and its RECVs
+// flushed; the caller finishes with afterError outside the lock).
+func (qp *QP) deliverLocked(m *Message) (err, cause error) {
+	rq := &qp.rq
+	switch m.Op {
+	case OpWrite, OpWriteWithImm:
+		if m.Op == OpWriteWithImm && rq.head == rq.tail {
+			rq.rnrWaiting = true
+			return ErrNoRecv, nil
+		}
+		r, dst, err := qp.pd.table.Lookup(m.RKey, m.RAddr, uint64(m.Len), mreg.RemoteWrite)
+		if err != nil {
+			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
+		}
+		err = readFull(m, dst)
+		r.Release()
+		if err != nil {
+			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+		}
+		if m.Op == OpWriteWithImm {
+			qp.completeRecvLocked(WC{Status: StatusSuccess, Opcode: WCRecvWithImm, Flags: WCWithImm, ByteLen: uint32(m.Len), Imm: m.Imm})
+		}
+		return nil, nil
+
+	case OpSend, OpSendWithImm:
+		if rq.head == rq.tail {
+			rq.rnrWaiting = true
+			return ErrNoRecv, nil
+		}
+		w := rq.at(rq.head)
+		capacity := 0
+		for i, s := range w.sgl {
+			r, b, err := qp.pd.table.Lookup(s.LKey, s.Addr, uint64(s.Len), mreg.LocalWrite)
+			if err != nil {
+				for j := range i {
+					w.refs[j].Release()
+					w.refs[j], w.segs[j] = nil, nil
+				}
+				qp.completeRecvLocked(WC{Status: StatusLocalProtectionError, Opcode: WCRecv})
+				return ErrRemoteOperation, fmt.Errorf("%w: receive buffer: %w", ErrTerminated, err)
+			}
+			w.refs[i], w.segs[i] = r, b
+			capacity += len(b)
+		}
+		var cause error
+		if m.Len > capacity {
+			err = ErrTooLong
+			cause = fmt.Errorf("%w: %d-byte %v into a %d-byte receive", ErrTerminated, m.Len, m.Op, capacity)
+		} else if err = readInto(payload(m), w.segs[:len(w.sgl)], m.Len); err != nil {
+			cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+		}
+		for i := range w.sgl {
+			w.refs[i].Release()
+			w.refs[i], w.segs[i] = nil, nil
+		}
+		wc := WC{Status: StatusSuccess, Opcode: WCRecv, ByteLen: uint32(m.Len)}
+		switch {
+		case err == ErrTooLong:
+			wc = WC{Status: StatusLocalLengthError, Opcode: WCRecv}
+		case err != nil:
+			wc = WC{Status: StatusLocalQPOperationError, Opcode: WCRecv}
+		case m.Op == OpSendWithImm:
+			wc.Flags, wc.Imm = WCWithImm, m.Imm
+		}
+		qp.completeRecvLocked(wc)
+		return err, cause
+
+	case OpRead:
+		r, src, err := qp.pd.table.Lookup(m.RKey, m.RAddr, uint64(m.Len), mreg.RemoteRead)
+		if err != nil {
+			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
+		}
+		if m.Sink == nil {
+			err = fmt.Errorf("%w: read without a sink", ErrInvalid)
+		} else {
+			_, err = m.Sink.Write(src)
+		}
+		r.Release()
+		if err != nil {
+			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+		}
+		return nil, nil
+	}
+	err = fmt.Errorf("%w: incoming opcode %v", ErrInvalid, m.Op)
+	return err, fmt.Errorf("%w: %w", ErrTerminated, err)
+}
+
+// readFull reads the message's payload into dst.
+func readFull(m *Message, dst []byte) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	_, err := io.ReadFull(payload(m), dst)
+	return err
+}
+
+// payload returns m's payload, or a reader at EOF if it has none.
+func payload(m *Message) io.Reader {
+	if m.Payload == nil {
+		return eofReader{}
+	}
+	return m.Payload
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }

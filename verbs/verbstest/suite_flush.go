@@ -1,0 +1,135 @@
+package verbstest
+
+import (
+	"errors"
+
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+var flushTests = []test{
+	{"Flush/OnDisconnect", func(x *T) { testFlushLocal(x, false) }},
+	{"Flush/OnClose", func(x *T) { testFlushLocal(x, true) }},
+	{"Flush/OnPeerDisconnect", func(x *T) { testFlushByPeer(x, false) }},
+	{"Flush/OnPeerClose", func(x *T) { testFlushByPeer(x, true) }},
+	{"Flush/PostInError", testPostInError},
+}
+
+// outstanding posts, on a queue pair whose peer has no RECV, three RECVs
+// and four send work requests that wait behind a SEND (RNRWait), and
+// returns the completions a flush must produce for them, RECVs first.
+func outstanding(x *T, q *localQP, pm PeerMR) (recvs, sends []verbs.WC) {
+	buf := x.register(q, 64, mreg.LocalWrite)
+	for i := range 3 {
+		x.postRecv(q, uint64(100+i), buf.sge(16*i, 16))
+		recvs = append(recvs, verbs.WC{WRID: uint64(100 + i), Status: verbs.StatusFlushed, Opcode: verbs.WCRecv})
+	}
+	x.post(q,
+		verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.sge(0, 8)}},
+		verbs.SendWR{WRID: 2, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.sge(0, 8)}, RKey: pm.RKey(), RemoteAddr: pm.Addr()},
+		verbs.SendWR{WRID: 3, Opcode: verbs.OpWriteWithImm, SGL: []verbs.SGE{buf.sge(0, 8)}, RKey: pm.RKey(), RemoteAddr: pm.Addr()},
+		verbs.SendWR{WRID: 4, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.sge(8, 8)}, RKey: pm.RKey(), RemoteAddr: pm.Addr()},
+	)
+	sends = []verbs.WC{
+		{WRID: 1, Status: verbs.StatusFlushed, Opcode: verbs.WCSend},
+		{WRID: 2, Status: verbs.StatusFlushed, Opcode: verbs.WCWrite},
+		{WRID: 3, Status: verbs.StatusFlushed, Opcode: verbs.WCWrite},
+		{WRID: 4, Status: verbs.StatusFlushed, Opcode: verbs.WCRead},
+	}
+	return recvs, sends
+}
+
+// split separates receive completions from send completions, keeping the
+// order of each.
+func split(wcs []verbs.WC) (recvs, sends []verbs.WC) {
+	for _, wc := range wcs {
+		if wc.Opcode == verbs.WCRecv || wc.Opcode == verbs.WCRecvWithImm {
+			recvs = append(recvs, wc)
+		} else {
+			sends = append(sends, wc)
+		}
+	}
+	return recvs, sends
+}
+
+// testFlushLocal disconnects (or destroys) a queue pair with outstanding
+// work: every work request completes once with StatusFlushed, signaled or
+// not, and the peer moves to Error.
+func testFlushLocal(x *T, destroy bool) {
+	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
+	pm := x.peerRegister(p, 64, rw)
+	wantRecvs, wantSends := outstanding(x, q, pm)
+	x.noMore(q)
+	var wcs []verbs.WC
+	if destroy {
+		if err := q.qp.Close(); err != nil {
+			x.Fatalf("Close: %v", err)
+		}
+		// Close returns after the flush: the completions are there.
+		buf := make([]verbs.WC, 16)
+		wcs = buf[:q.cq.Poll(buf)]
+		if err := q.qp.PostSend(verbs.SendWR{WRID: 9, Opcode: verbs.OpSend}); !errors.Is(err, verbs.ErrClosed) {
+			x.Errorf("PostSend after Close: %v, want ErrClosed", err)
+		}
+		if err := q.qp.PostRecv(verbs.RecvWR{WRID: 9}); !errors.Is(err, verbs.ErrClosed) {
+			x.Errorf("PostRecv after Close: %v, want ErrClosed", err)
+		}
+	} else {
+		if err := q.qp.Disconnect(); err != nil {
+			x.Fatalf("Disconnect: %v", err)
+		}
+		wcs = x.poll(q, len(wantRecvs)+len(wantSends))
+	}
+	recvs, sends := split(wcs)
+	x.wantWCs("local receive", wantRecvs, recvs)
+	x.wantWCs("local send", wantSends, sends)
+	x.noMore(q)
+	x.peerWaitError(p)
+	x.peerNoMore(p)
+	x.expectRegion("peer region", x.readPeer(pm), fill(64))
+}
+
+// testFlushByPeer has the peer disconnect (or destroy its queue pair):
+// the local queue pair moves to Error, records why, and flushes.
+func testFlushByPeer(x *T, destroy bool) {
+	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
+	pm := x.peerRegister(p, 64, rw)
+	wantRecvs, wantSends := outstanding(x, q, pm)
+	var err error
+	if destroy {
+		err = p.Close()
+	} else {
+		err = p.Disconnect()
+	}
+	if err != nil {
+		x.Fatalf("peer disconnect: %v", err)
+	}
+	x.waitError(q)
+	if err := q.qp.Err(); !errors.Is(err, verbs.ErrDisconnected) {
+		x.Errorf("Err after the peer's disconnect = %v, want ErrDisconnected", err)
+	}
+	recvs, sends := split(x.poll(q, len(wantRecvs)+len(wantSends)))
+	x.wantWCs("local receive", wantRecvs, recvs)
+	x.wantWCs("local send", wantSends, sends)
+	x.noMore(q)
+	if err := q.qp.Disconnect(); !errors.Is(err, verbs.ErrQPState) {
+		x.Errorf("Disconnect after the peer's: %v, want ErrQPState", err)
+	}
+}
+
+// testPostInError posts after the connection ended: the posts are accepted
+// and complete at once with StatusFlushed.
+func testPostInError(x *T) {
+	q, p := x.pair(QPSpec{}, QPSpec{})
+	buf := x.register(q, 16, mreg.LocalWrite)
+	if err := p.Disconnect(); err != nil {
+		x.Fatal(err)
+	}
+	x.waitError(q)
+	x.post(q, verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{buf.sge(0, 8)}})
+	x.postRecv(q, 2, buf.sge(0, 16))
+	recvs, sends := split(x.poll(q, 2))
+	x.wantWCs("local receive", []verbs.WC{{WRID: 2, Status: verbs.StatusFlushed, Opcode: verbs.WCRecv}}, recvs)
+	x.wantWCs("local send", []verbs.WC{{WRID: 1, Status: verbs.StatusFlushed, Opcode: verbs.WCSend}}, sends)
+	x.noMore(q)
+}
