@@ -10,23 +10,23 @@ import (
 
 // State is the state of a queue pair. The zero State is not a state.
 //
-//	            CreateQP
-//	               |
-//	               v              Modify(Init)
-//	  +------->  Init  <------------------------- Reset <---+
-//	  |            |                                ^       |
-//	  | Connect or |                                |       |
-//	  | Accept     v                                |       |
-//	  | fails   ReadyToReceive                      | Modify(Reset)
-//	  +------------|                                |       |
-//	               | connection established         |       |
-//	               v                                |       |
-//	           ReadyToSend                          |       |
-//	               |                                |       |
-//	               | error of either end, Disconnect, Close,  |
-//	               | the peer's Disconnect, Modify(Error)     |
-//	               v                                          |
-//	             Error ---------------------------------------+
+//	          CreateQP
+//	             |
+//	             v              Modify(Init)
+//	+------->  Init  <------------------------- Reset <---+
+//	|            |                                ^       |
+//	| Connect or |                                |       |
+//	| Accept     v                                |       |
+//	| fails   ReadyToReceive                      | Modify(Reset)
+//	+------------|                                |       |
+//	             | connection established         |       |
+//	             v                                |       |
+//	         ReadyToSend                          |       |
+//	             |                                |       |
+//	             | error of either end, Disconnect, Close,  |
+//	             | the peer's Disconnect, Modify(Error)     |
+//	             v                                          |
+//	           Error ---------------------------------------+
 //
 // Any state may move to Error. Init and Error may move to Reset (with
 // Modify, once the connection is gone); Reset moves to Init. The states

@@ -202,11 +202,11 @@ type WCOpcode uint8
 
 // Completion opcodes.
 const (
-	WCSend WCOpcode = iota + 1 // a SEND or SEND_WITH_IMM
-	WCWrite                    // an RDMA_WRITE or RDMA_WRITE_WITH_IMM
-	WCRead                     // an RDMA_READ
-	WCRecv                     // a RECV consumed by a SEND (or flushed)
-	WCRecvWithImm              // a RECV consumed by an RDMA_WRITE_WITH_IMM
+	WCSend        WCOpcode = iota + 1 // a SEND or SEND_WITH_IMM
+	WCWrite                           // an RDMA_WRITE or RDMA_WRITE_WITH_IMM
+	WCRead                            // an RDMA_READ
+	WCRecv                            // a RECV consumed by a SEND (or flushed)
+	WCRecvWithImm                     // a RECV consumed by an RDMA_WRITE_WITH_IMM
 )
 
 // String returns the completion opcode's name.
