@@ -220,6 +220,7 @@ func commandUsage(w io.Writer, c *command) {
 // streamOpts are the flags of the stream commands (compare, engine, rate).
 type streamOpts struct {
 	duration, warmup time.Duration
+	rounds           int
 	sizes            []int
 	sends, recvs     int
 	ring             int
@@ -235,6 +236,7 @@ type streamOpts struct {
 
 type streamDefaults struct {
 	duration, warmup time.Duration
+	rounds           int
 	sizes            []int
 	sends, recvs     int
 	transport        string
@@ -242,15 +244,16 @@ type streamDefaults struct {
 }
 
 var (
-	compareDefaults = streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
-	engineDefaults  = streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
-	rateDefaults    = streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
+	compareDefaults = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
+	engineDefaults  = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
+	rateDefaults    = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
 )
 
 func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
-	o.duration, o.warmup, o.sizes, o.sends, o.recvs = d.duration, d.warmup, d.sizes, d.sends, d.recvs
+	o.duration, o.warmup, o.rounds, o.sizes, o.sends, o.recvs = d.duration, d.warmup, d.rounds, d.sizes, d.sends, d.recvs
 	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), modes...), d.transport, d.tcp, "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
+	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per point, interleaved with the other points; the median is reported")
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes: a list, with ranges (64..1M, 64..1M:4)")
 	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes (iperf3's length)")
 	fs.IntVar(&o.sends, "sends", o.sends, "outstanding sends")
@@ -264,6 +267,15 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	}
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
+}
+
+// timing describes the measuring schedule.
+func (o *streamOpts) timing() string {
+	r := ""
+	if o.rounds > 1 {
+		r = fmt.Sprintf(", median of %d rounds", o.rounds)
+	}
+	return fmt.Sprintf("%v per point after %v warm-up%s; run order seed %d", o.duration, o.warmup, r, o.seed)
 }
 
 func registerTiming(fs *flag.FlagSet, duration, warmup *time.Duration) {
@@ -294,6 +306,9 @@ func (o *streamOpts) check(e *env) error {
 	}
 	if err := durationOK("warmup", o.warmup, true); err != nil {
 		return usageError{err}
+	}
+	if o.rounds < 1 || o.rounds > 1000 {
+		return usagef("--rounds must be between 1 and 1000")
 	}
 	if o.sends < 1 || o.recvs < 1 || o.sends > 4096 || o.recvs > 4096 {
 		return usagef("--sends and --recvs must be between 1 and 4096")

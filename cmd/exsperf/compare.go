@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"net"
 	"strings"
 	"time"
@@ -84,25 +86,43 @@ func probeCongestion(cc string) error {
 	return ln.Close()
 }
 
-// runStreams measures the points of each size and calls emit with a size's
-// results, in the order given, once all of them are measured. Within a size
-// the points run in an order shuffled with seed.
-func runStreams(ctx context.Context, prog *progress, seed int64, warmup, d time.Duration, sizes []int, pointsFor func(size int) []point, emit func(size int, pts []point, rs []result)) error {
+// runStreams measures the points of each size in rounds and calls emit with
+// a size's results, in the order given, once all of them are measured. Each
+// round measures every point once, in an order shuffled with seed, so that
+// drift in the machine's speed spreads over all points; each point's result
+// is its median round by throughput, carrying the rounds' range.
+func runStreams(ctx context.Context, prog *progress, seed int64, rounds int, warmup, d time.Duration, sizes []int, pointsFor func(size int) []point, emit func(size int, pts []point, rs []result)) error {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x657873706572))
 	for _, size := range sizes {
 		pts := pointsFor(size)
-		rs := make([]result, len(pts))
-		for _, i := range rng.Perm(len(pts)) {
-			prog.step(fmt.Sprintf("%s %s", sizeName(size), pts[i].run))
-			r, err := measure(ctx, pts[i], warmup, d)
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", sizeName(size), pts[i].run, err)
+		all := make([][]result, len(pts))
+		for range rounds {
+			for _, i := range rng.Perm(len(pts)) {
+				prog.step(fmt.Sprintf("%s %s", sizeName(size), pts[i].run))
+				r, err := measure(ctx, pts[i], warmup, d)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", sizeName(size), pts[i].run, err)
+				}
+				all[i] = append(all[i], r)
 			}
-			rs[i] = r
+		}
+		rs := make([]result, len(pts))
+		for i := range pts {
+			rs[i] = median(all[i])
 		}
 		emit(size, pts, rs)
 	}
 	return nil
+}
+
+// median returns the result with the median throughput, with the range of
+// all the rounds' throughputs.
+func median(rs []result) result {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.gbps(), b.gbps()) })
+	m := sorted[(len(sorted)-1)/2]
+	m.Rounds, m.MinGBps, m.MaxGBps = len(rs), sorted[0].gbps(), sorted[len(sorted)-1].gbps()
+	return m
 }
 
 func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
@@ -124,7 +144,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	host := readHost()
 	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
 		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "seed": o.seed, "tcp_congestion_control": o.cc}}
+			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc}}
 	rep.Notes = append(notes, "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread")
 	out := e.stdout
 	if o.json == "-" {
@@ -137,18 +157,17 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	fmt.Fprintln(out, title)
 	fmt.Fprintf(out, "host: %s\n", host)
 	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
-	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %v per point after %v warm-up; run order seed %d\n",
-		o.sends, o.recvs, sizeName(o.ring), o.duration, o.warmup, o.seed)
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, sizeName(o.ring), o.timing())
 	for _, n := range rep.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
 	fmt.Fprintln(out)
 	t := &table{
-		head:  []string{"size", "run", "GB/s", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"},
-		align: []bool{true, false, true, true, true, true, true, true, true},
+		head:  []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"},
+		align: []bool{true, false, true, true, true, true, true, true, true, true},
 	}
 	if tcp == nil {
-		t.head = append(t.head[:4], t.head[5:]...)
+		t.head = slices.Delete(t.head, 5, 6)
 		t.align = t.align[:len(t.head)]
 	}
 	// Print the header now and rows as sizes complete.
@@ -168,8 +187,8 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return pts
 	}
 	nPoints := len(points(1))
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints)
-	err = runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints*o.rounds)
+	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
 		var copyRate, tcpRate float64
 		for i, pt := range pts {
 			if pt.run == runCopy1 {
@@ -187,7 +206,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 			}
 			rw := makeRow("compare", trName, pt.run, pt.params, rs[i])
 			rep.Stream = append(rep.Stream, rw)
-			cells := []string{sizeName(size), pt.run, sig(rw.GBps), ratio(rw.GBps, copyRate)}
+			cells := []string{sizeName(size), pt.run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
 			if tcp != nil {
 				cells = append(cells, ratio(rw.GBps, tcpRate))
 			}
@@ -204,7 +223,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "x copy(), x TCP: throughput as a multiple of the copy() x1 and TCP rows of the same size.")
+	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP: the median as a multiple of the copy() x1 and TCP rows of the same size.")
 	fmt.Fprintln(out, "CPU s/GB: CPU seconds per GB received; '-' where a side's time cannot be told apart.")
 	if !engineOnly && tr.Name() == "engine" {
 		fmt.Fprintln(out, "The socket API (exs over verbs) is not measured yet: this run measures the protocol engine alone.")
@@ -213,6 +232,13 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return writeJSON(o.json, e.stdout, rep)
 	}
 	return nil
+}
+
+func spread(r row) string {
+	if r.Rounds < 2 {
+		return "-"
+	}
+	return sig(r.MinGBps) + "-" + sig(r.MaxGBps)
 }
 
 func ratio(v, base float64) string {
@@ -241,14 +267,14 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	host := readHost()
 	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
 		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "seed": o.seed}}
+			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed}}
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
 	}
 	fmt.Fprintln(out, "exsperf rate: message rate")
 	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
-	fmt.Fprintf(out, "outstanding sends %d, recvs %d; %v per point after %v warm-up\n", o.sends, o.recvs, o.duration, o.warmup)
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; %s\n", o.sends, o.recvs, o.timing())
 	for _, n := range notes {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
@@ -269,8 +295,8 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 		}
 		return pts
 	}
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1)))
-	err = runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1))*o.rounds)
+	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
 		prog.clear()
 		for i, pt := range pts {
 			rw := makeRow("rate", pt.tr.Name(), pt.run, pt.params, rs[i])

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // fast are flags that keep a run short.
-var fast = []string{"-t", "20ms", "-w", "5ms", "-q"}
+var fast = []string{"-t", "20ms", "-w", "5ms", "-q", "--rounds", "1"}
 
 // exsperf runs the command line args with a deadline and returns stdout.
 func exsperf(t *testing.T, args ...string) string {
@@ -81,10 +81,10 @@ func number(t *testing.T, cell string) float64 {
 }
 
 func TestCompare(t *testing.T) {
-	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify")...)
+	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3", "-t", "10ms")...)
 	rows := tableRows(t, out)
 	head, rows := rows[0], rows[1:]
-	want := []string{"size", "run", "GB/s", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
+	want := []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
 	if diff := cmp.Diff(want, head); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
@@ -95,10 +95,12 @@ func TestCompare(t *testing.T) {
 		if len(r) != len(want) {
 			t.Fatalf("row %q has %d cells", r, len(r))
 		}
-		if v := number(t, r[2]); !(v > 0) {
-			t.Errorf("row %q: throughput %v", r, v)
+		v := number(t, r[2])
+		lo, hi, _ := strings.Cut(r[3], "-")
+		if !(v > 0) || number(t, lo) > v || v > number(t, hi) {
+			t.Errorf("row %q: throughput %v outside its range", r, v)
 		}
-		pct := number(t, r[5])
+		pct := number(t, r[6])
 		switch r[1] {
 		case "direct-only":
 			if pct != 100 {

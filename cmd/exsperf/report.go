@@ -26,6 +26,9 @@ type row struct {
 	Seconds   float64  `json:"seconds"`
 	Virtual   bool     `json:"virtual_time,omitempty"`
 	GBps      float64  `json:"gb_per_s"`
+	Rounds    int      `json:"rounds,omitempty"`
+	MinGBps   float64  `json:"gb_per_s_min,omitempty"`
+	MaxGBps   float64  `json:"gb_per_s_max,omitempty"`
 	MsgsPerS  float64  `json:"msgs_per_s"`
 	PctDirect *float64 `json:"pct_bytes_direct"`
 	PctXfers  *float64 `json:"pct_transfers_direct"`
@@ -46,7 +49,7 @@ func makeRow(fig, tr, run string, p pairParams, r result) row {
 	rw := row{
 		Figure: fig, Transport: tr, Run: run, Size: p.Size, Sends: p.Sends, Recvs: p.Recvs,
 		Bytes: r.Bytes, Seconds: r.Elapsed.Seconds(), Virtual: r.Virtual,
-		GBps: r.gbps(), MsgsPerS: r.msgRate(),
+		GBps: r.gbps(), MsgsPerS: r.msgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps,
 		PctDirect: optional(r.pctDirect()),
 		CPUSend:   optional(r.cpuPerGB(r.CPUSend)),
 		CPURecv:   optional(r.cpuPerGB(r.CPURecv)),

@@ -31,9 +31,9 @@ type sweepOpts struct {
 }
 
 func (o *sweepOpts) register(fs *flag.FlagSet) {
-	o.streamOpts.register(fs, streamDefaults{300 * time.Millisecond, 100 * time.Millisecond,
+	o.streamOpts.register(fs, streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, 1,
 		mustSizes("64..1M:4"), 16, 32, "auto", "tcp"})
-	o.out, o.figures, o.sendsList = "exsperf-sweep", []int{1, 2, 3, 4, 5}, []int{1, 2, 4, 8, 16, 32}
+	o.out, o.figures, o.sendsList = "exsperf-sweep", []int{1, 2, 3, 4, 5}, []int{1, 2, 4, 8, 16, 32, 64}
 	o.rtt, o.bandwidth, o.vwarmup, o.vduration, o.distOut = 48*time.Millisecond, 10e9, time.Second, 4*time.Second, 32
 	fs.StringVar(&o.out, "out", o.out, "directory for sweep.md, sweep.json and the SVG figures ('' writes none)")
 	fs.Var(intsFlag{&o.figures}, "figures", "which figures to produce (1-5; figures 1 and 2 share their runs, as do 3 and 4)")
@@ -112,7 +112,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 	link := linkParams{RTT: o.rtt, Bandwidth: o.bandwidth}
 	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
 		Params: map[string]any{"sizes": o.sizes, "recvs": o.recvs, "fig1_sends": max(1, o.recvs/2), "fig3_sends": o.sendsList,
-			"ring": o.ring, "duration": o.duration.String(), "warmup": o.warmup.String(), "seed": o.seed,
+			"ring": o.ring, "duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed,
 			"tcp_congestion_control": o.cc, "fig5_link": link.String(), "fig5_outstanding": o.distOut,
 			"fig5_virtual_warmup": o.vwarmup.String(), "fig5_virtual_duration": o.vduration.String(), "fig5_start": o.distStart}}
 
@@ -122,10 +122,10 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 		nAnchors++
 	}
 	if o.want(1) || o.want(2) {
-		total += len(o.sizes) * (len(o.modes) + nAnchors)
+		total += len(o.sizes) * (len(o.modes) + nAnchors) * o.rounds
 	}
 	if o.want(3) || o.want(4) {
-		total += len(o.sizes) * len(o.sendsList)
+		total += len(o.sizes) * len(o.sendsList) * o.rounds
 	}
 	if o.want(5) {
 		total += len(o.sizes) * len(o.modes)
@@ -135,7 +135,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# exsperf sweep\n\n`%s`\n\nhost: %s\n\ntransport: %s: %s\n\n", e.line, host, tr.Name(), tr.Describe())
-	fmt.Fprintf(&md, "stream buffer %s; %v per point after %v warm-up; run order seed %d\n\n", sizeName(o.ring), o.duration, o.warmup, o.seed)
+	fmt.Fprintf(&md, "stream buffer %s; %s\n\n", sizeName(o.ring), o.timing())
 	for _, n := range notes {
 		fmt.Fprintf(&md, "note: %s\n\n", n)
 	}
@@ -163,7 +163,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 			runs = append(runs, pt.run)
 		}
 		grid := newGrid(o.sizes, runs)
-		err := runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+		err := runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
 			for i, pt := range pts {
 				trName := "anchor"
 				if pt.tr != nil {
@@ -211,7 +211,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 			return pts
 		}
 		grid := newGrid(o.sizes, runs)
-		err := runStreams(ctx, prog, o.seed, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+		err := runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
 			for i, pt := range pts {
 				rw := makeRow("fig3", pt.tr.Name(), pt.run, pt.params, rs[i])
 				rep.Stream = append(rep.Stream, rw)
@@ -257,7 +257,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 			return pts
 		}
 		grid := newGrid(o.sizes, runs)
-		err := runStreams(ctx, prog, o.seed, o.vwarmup, o.vduration, o.sizes, points, func(size int, pts []point, rs []result) {
+		err := runStreams(ctx, prog, o.seed, 1, o.vwarmup, o.vduration, o.sizes, points, func(size int, pts []point, rs []result) {
 			for i, pt := range pts {
 				rw := makeRow("fig5", "engine+link", pt.run, pt.params, rs[i])
 				rep.Stream = append(rep.Stream, rw)

@@ -75,6 +75,9 @@ type result struct {
 	CPUTotal time.Duration // both sides (whole processes)
 
 	Note string // e.g. the congestion control a TCP run used
+
+	Rounds           int     // rounds this median was taken from (0: one)
+	MinGBps, MaxGBps float64 // the range of the rounds' throughputs
 }
 
 func (r result) gbps() float64 { return float64(r.Bytes) / r.Elapsed.Seconds() / 1e9 }
