@@ -1,14 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"cmp"
 	"math/rand/v2"
-	"slices"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
