@@ -129,8 +129,14 @@ func (e *Endpoint) Retry() {
 // Terminated tells the queue pair that the connection is over: the peer
 // disconnected (cause nil or ErrDisconnected), terminated it because of an
 // error, or the transport failed. The queue pair moves to the Error state
-// and flushes its work requests; it calls Link.Terminate, which by then
-// has nothing left to tell the peer.
+// and flushes its work requests, including those the provider still holds;
+// it calls Link.Terminate, which by then has nothing left to tell the peer.
+//
+// If the peer terminated because it refused one of this queue pair's
+// messages (the target's Deliver failed), the provider must first report
+// that message's outcome with Complete (or as Transmit's result), so that
+// its work request completes with the matching status
+// (StatusRemoteAccessError, ...) rather than StatusFlushed.
 func (e *Endpoint) Terminated(cause error) {
 	if !e.current() {
 		return

@@ -113,8 +113,10 @@ type Link interface {
 
 	// Terminate ends the connection: the local queue pair entered the
 	// Error state with cause (ErrDisconnected for a plain disconnect).
-	// The provider tells the peer, whose Endpoint it calls Terminated on,
-	// and stops calling the local Endpoint; messages in flight are
+	// The provider tells the peer, whose Endpoint it calls Terminated on
+	// (after reporting the outcome of the peer's message whose refusal
+	// caused the termination, if any: see Endpoint.Terminated), and
+	// stops calling the local Endpoint; messages in flight are
 	// abandoned (this package flushes their work requests). When
 	// Terminate returns, the provider no longer touches the memory of any
 	// Message it was given. Terminate is idempotent, must not block for
