@@ -1,0 +1,682 @@
+package exs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+// maxGather is the most send buffers one transfer gathers from, and so the
+// most scatter/gather elements of one RDMA WRITE.
+const maxGather = 8
+
+// Work request identifiers. A frame's SEND is signaled and carries, in its
+// WRID, how many write actions (bits 0..23) and write work requests (bits
+// 24..47) were posted since the previous frame: the writes are unsignaled,
+// and the frame's completion, which comes after theirs, completes them.
+const (
+	wridFrame uint64 = 1 << 63
+	wridWrite uint64 = 1 << 62
+	wridMask         = 1<<24 - 1
+)
+
+// wcBatch is how many completions one poll takes.
+const wcBatch = 64
+
+// conn is one connection end: a dynproto engine driven over a verbs queue
+// pair. It is owned by the goroutine serving its socket; nothing in it is
+// shared.
+type conn struct {
+	s     *Socket
+	dev   *device
+	eng   *dynproto.Engine
+	qp    *verbs.QP
+	cq    *verbs.CQ
+	local hello // our parameters, sent to the peer
+
+	frames   int    // regular frame buffers posted (plus one for the credit slot)
+	frRecv   []byte // frame receive buffers, FrameSize each
+	frRecvMR *verbs.MR
+	frSend   []byte // frame send buffers, one per send queue slot
+	frSendMR *verbs.MR
+	frameSeq uint64 // frames posted
+
+	ring   []byte // the stream buffer (nil in direct-only mode)
+	ringMR *verbs.MR
+
+	peerKey  mreg.Key // the peer's stream buffer
+	peerAddr uint64
+
+	sendDepth    int
+	outstanding  int // send work requests posted whose completion is not yet seen
+	pendWrites   int // write actions since the last frame
+	pendWriteWRs int // write work requests since the last frame
+
+	// The batch of send work requests being built.
+	wrs      []verbs.SendWR
+	sges     []verbs.SGE
+	sgeUsed  int
+	open     int // index in wrs of a WRITE that a contiguous write may extend; -1 if none
+	openKey  mreg.Key
+	openEnd  uint64
+	recvWR   verbs.RecvWR
+	recvSGE  [1]verbs.SGE
+	wcs      []verbs.WC
+	acts     []dynproto.Action
+	backlog  actionFIFO // actions waiting for room in the send queue
+	cmds     []int32
+	shutOps  []int32
+	pending  error // a failure to handle at the next safe point
+	failed   bool  // the queue pair is gone
+	graceful bool  // it went after the connection had ended in order
+	deadErr  error // why the engine was aborted
+	canceled int   // operations completed by the last abort
+}
+
+// newConn sets up the verbs resources of a connection end of socket s on
+// device d: completion queue, queue pair in state Init with every frame
+// buffer posted, and the stream buffer.
+func newConn(s *Socket, d *device) (c *conn, err error) {
+	cfg := &s.cfg
+	c = &conn{s: s, dev: d, frames: cfg.frames, open: -1}
+	defer func() {
+		if err != nil {
+			c.destroy()
+			c = nil
+		}
+	}()
+	c.sendDepth = max(4*(cfg.frames+1), 64)
+	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, eventq.Options{Mode: eventq.Notify}); err != nil {
+		return
+	}
+	c.qp, err = d.pd.CreateQP(verbs.QPConfig{
+		SendCQ:     c.cq,
+		RecvCQ:     c.cq,
+		SendDepth:  c.sendDepth,
+		RecvDepth:  cfg.frames + 1,
+		MaxSendSGE: maxGather,
+		MaxRecvSGE: 1,
+	})
+	if err != nil {
+		return
+	}
+	c.frRecv = make([]byte, (cfg.frames+1)*dynproto.FrameSize)
+	if c.frRecvMR, err = d.pd.RegisterMR(c.frRecv, mreg.LocalWrite); err != nil {
+		return
+	}
+	c.frSend = make([]byte, c.sendDepth*dynproto.FrameSize)
+	if c.frSendMR, err = d.pd.RegisterMR(c.frSend, 0); err != nil {
+		return
+	}
+	c.local = hello{version: helloVersion, mode: cfg.mode, typ: s.typ, frames: uint16(cfg.frames)}
+	if cfg.mode != ModeDirectOnly {
+		if c.ring, err = mreg.Alloc(cfg.streamBuf); err != nil {
+			return
+		}
+		if c.ringMR, err = d.pd.RegisterMR(c.ring, mreg.LocalWrite|mreg.RemoteWrite); err != nil {
+			return
+		}
+		c.local.ringSize = uint32(len(c.ring))
+		c.local.ringKey = uint32(c.ringMR.RKey())
+		c.local.ringAddr = c.ringMR.Addr()
+	}
+	c.recvWR.SGL = c.recvSGE[:]
+	for slot := 0; slot <= cfg.frames; slot++ {
+		if err = c.postFrameRecv(slot); err != nil {
+			return
+		}
+	}
+	c.wcs = make([]verbs.WC, wcBatch)
+	c.acts = make([]dynproto.Action, 0, 64)
+	c.wrs = make([]verbs.SendWR, 0, 32)
+	c.sges = make([]verbs.SGE, 32*maxGather)
+	return c, nil
+}
+
+// start creates the engine once the peer's parameters are known.
+func (c *conn) start(peer *hello) error {
+	cfg := &c.s.cfg
+	eng, err := dynproto.New(dynproto.Config{
+		Mode:           cfg.mode.proto(),
+		Type:           c.s.typ.proto(),
+		RecvBuffer:     len(c.ring),
+		PeerRecvBuffer: int(peer.ringSize),
+		Frames:         cfg.frames,
+		PeerFrames:     int(peer.frames),
+		MaxGather:      maxGather,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConnAborted, err)
+	}
+	c.eng = eng
+	c.peerKey, c.peerAddr = mreg.Key(peer.ringKey), peer.ringAddr
+	return nil
+}
+
+// destroy releases the verbs resources. The queue pair's Close flushes its
+// work requests, so no memory is in use by the provider afterwards.
+func (c *conn) destroy() {
+	if c.qp != nil {
+		c.qp.Close()
+	}
+	if c.cq != nil {
+		c.cq.Close()
+	}
+	for _, mr := range []*verbs.MR{c.frRecvMR, c.frSendMR} {
+		if mr != nil {
+			mr.Deregister()
+		}
+	}
+	if c.ring != nil {
+		if c.ringMR == nil || c.ringMR.Deregister() == nil {
+			mreg.Free(c.ring)
+		}
+		c.ring = nil
+	}
+}
+
+func (c *conn) postFrameRecv(slot int) error {
+	c.recvWR.WRID = uint64(slot)
+	c.recvSGE[0] = c.frRecvMR.SGE(slot*dynproto.FrameSize, dynproto.FrameSize)
+	return c.qp.PostRecv(c.recvWR)
+}
+
+// connectLoop serves a socket from its connect on: it sets up the
+// connection, completes the connect, then runs the progress loop.
+func (s *Socket) connectLoop(idx int32) {
+	c, err := newConn(s, s.dev)
+	if err == nil {
+		err = s.dial(c)
+		if err != nil {
+			c.destroy()
+		}
+	}
+	if err != nil {
+		s.log.Debug("connect failed", zap.String("addr", s.addr), zap.Error(err))
+		s.complete(idx, 0, err, nil)
+		s.flushDone()
+		s.finish(err)
+		return
+	}
+	s.mu.Lock()
+	if s.state == sockConnecting {
+		s.state = sockConnected
+	}
+	s.mu.Unlock()
+	s.log.Debug("connected", zap.String("addr", s.addr), zap.Stringer("mode", s.cfg.mode), zap.Stringer("type", s.typ))
+	s.complete(idx, 0, nil, nil)
+	s.flushDone()
+	c.loop()
+}
+
+// dial connects c's queue pair to s.addr and starts the engine.
+func (s *Socket) dial(c *conn) error {
+	s.mu.Lock()
+	if s.closing || s.cancelReq {
+		err := s.cancelErrLocked()
+		s.mu.Unlock()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.interrupt = cancel
+	s.mu.Unlock()
+
+	reply, err := c.qp.Connect(ctx, s.addr, c.local.encode())
+
+	s.mu.Lock()
+	s.interrupt = nil
+	cerr := s.cancelErrLocked()
+	s.mu.Unlock()
+	interrupted := ctx.Err() != nil
+	cancel()
+	if err != nil {
+		var rej *verbs.RejectError
+		switch {
+		case interrupted:
+			return cerr
+		case errors.As(err, &rej):
+			if h, derr := decodeHello(rej.PrivateData); derr == nil && h.reason != rejectNone {
+				return mismatchError(h.reason, &c.local, &h)
+			}
+		}
+		return err
+	}
+	peer, err := decodeHello(reply)
+	if err == nil {
+		if r := c.local.match(&peer); r != rejectNone {
+			err = mismatchError(r, &c.local, &peer)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConnAborted, err)
+	}
+	return c.start(&peer)
+}
+
+// loop is the progress engine of a connected socket: it hands posted
+// operations to the engine, carries out the engine's actions over the
+// queue pair, feeds it the queue pair's completions, copies out of the
+// stream buffer, posts events, and sleeps when there is nothing to do. It
+// returns once the socket is closed.
+func (c *conn) loop() {
+	s := c.s
+	for {
+		busy := false
+		if s.ncmd.Load() != 0 {
+			var closing bool
+			c.cmds, closing = s.takeCommands(c.cmds)
+			if closing {
+				c.apply()
+				c.close()
+				return
+			}
+			if len(c.cmds) > 0 {
+				busy = true
+				c.apply()
+			}
+		}
+		if c.poll() {
+			busy = true
+		}
+		if !c.failed && c.eng.CanCopy() {
+			busy = true
+			c.acts = c.eng.Copy(c.acts)
+			c.exec()
+		}
+		c.checkShutdowns()
+		s.flushDone()
+		if busy {
+			s.publish(c.eng.Stats())
+			continue
+		}
+		c.idle()
+	}
+}
+
+// apply hands the operations taken from the socket to the engine.
+func (c *conn) apply() {
+	s := c.s
+	queued := false
+	for _, idx := range c.cmds {
+		o := &s.ops[idx]
+		switch o.kind {
+		case opSend:
+			c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
+			queued = true
+		case opRecv:
+			c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
+		case opShutdown:
+			c.acts = c.eng.Shutdown(c.acts)
+			c.shutOps = append(c.shutOps, idx)
+		case opCancel:
+			c.exec()
+			s.mu.Lock()
+			s.cancelReq = false
+			s.mu.Unlock()
+			n := 0
+			if !c.eng.Dead() {
+				c.fail(ErrCanceled, false)
+				c.exec()
+				n = c.canceled
+				n += c.failShutdowns()
+			}
+			s.complete(idx, n, nil, nil)
+		}
+	}
+	if queued {
+		c.acts = c.eng.Pump(c.acts)
+	}
+	c.exec()
+}
+
+// exec carries out the engine's actions in order. An action that needs
+// room in the send queue when there is none waits in the backlog, and so
+// does every action after it.
+func (c *conn) exec() {
+	for i := range c.acts {
+		a := &c.acts[i]
+		if c.backlog.len() > 0 || !c.do(a) {
+			c.backlog.push(*a)
+		}
+	}
+	c.acts = c.acts[:0]
+	c.flush()
+	if c.pending != nil {
+		err := c.pending
+		c.pending = nil
+		c.fail(err, false)
+		c.exec()
+	}
+}
+
+// drainBacklog carries out waiting actions while there is room.
+func (c *conn) drainBacklog() {
+	for c.backlog.len() > 0 && c.do(c.backlog.peek()) {
+		c.backlog.pop()
+	}
+	c.flush()
+}
+
+// do carries out one action, or reports that it must wait for room in the
+// send queue.
+func (c *conn) do(a *dynproto.Action) bool {
+	s := c.s
+	switch a.Kind {
+	case dynproto.WriteDirect, dynproto.WriteIndirect:
+		if c.failed {
+			return true
+		}
+		return c.addWrite(a)
+	case dynproto.SendFrame:
+		if c.failed {
+			return true
+		}
+		return c.addFrame(a)
+	case dynproto.CopyOut:
+		o := &s.ops[a.ID]
+		copy(o.buf[a.Off:a.Off+a.Len], c.ring[a.RingOff:a.RingOff+a.Len])
+	case dynproto.SendDone, dynproto.RecvDone:
+		if a.Err != nil && a.Err == c.deadErr {
+			c.canceled++
+		}
+		s.complete(int32(a.ID), a.Len, a.Err, nil)
+	}
+	return true
+}
+
+// addWrite adds an RDMA WRITE for a write action to the batch, extending
+// the previous WRITE when the bytes continue it.
+func (c *conn) addWrite(a *dynproto.Action) bool {
+	o := &c.s.ops[a.ID]
+	key, raddr := mreg.Key(a.RKey), a.Addr
+	if a.Kind == dynproto.WriteIndirect {
+		key, raddr = c.peerKey, c.peerAddr+uint64(a.RingOff)
+	}
+	sge := verbs.SGE{Addr: o.addr + uint64(a.Off), Len: uint32(a.Len), LKey: o.mr.LKey()}
+	if c.open >= 0 && key == c.openKey && raddr == c.openEnd && len(c.wrs[c.open].SGL) < maxGather && c.sgeUsed < len(c.sges) {
+		w := &c.wrs[c.open]
+		c.sges[c.sgeUsed] = sge
+		c.sgeUsed++
+		w.SGL = w.SGL[:len(w.SGL)+1]
+		c.openEnd += uint64(a.Len)
+		c.pendWrites++
+		return true
+	}
+	if len(c.wrs) == cap(c.wrs) || c.sgeUsed == len(c.sges) {
+		c.flush()
+	}
+	// Leave room for the frame that announces the write: a write waiting
+	// for its frame completes only with it.
+	if c.outstanding+1 >= c.sendDepth || c.failed {
+		return c.failed
+	}
+	c.sges[c.sgeUsed] = sge
+	c.wrs = append(c.wrs, verbs.SendWR{
+		WRID:       wridWrite,
+		Opcode:     verbs.OpWrite,
+		SGL:        c.sges[c.sgeUsed : c.sgeUsed+1],
+		RemoteAddr: raddr,
+		RKey:       key,
+	})
+	c.sgeUsed++
+	c.open, c.openKey, c.openEnd = len(c.wrs)-1, key, raddr+uint64(a.Len)
+	c.outstanding++
+	c.pendWrites++
+	c.pendWriteWRs++
+	return true
+}
+
+// addFrame adds the SEND of a frame to the batch. The frame goes out of
+// the send buffer of its send queue slot: with fewer than sendDepth work
+// requests outstanding, the frame that used the slot before has completed.
+func (c *conn) addFrame(a *dynproto.Action) bool {
+	if len(c.wrs) == cap(c.wrs) || c.sgeUsed == len(c.sges) {
+		c.flush()
+	}
+	if c.outstanding >= c.sendDepth || c.failed {
+		return c.failed
+	}
+	slot := int(c.frameSeq % uint64(c.sendDepth))
+	f := a.Frame
+	if f.Type == dynproto.FrameAdvert {
+		o := &c.s.ops[a.ID]
+		f.RKey, f.Addr = uint32(o.mr.RKey()), o.addr
+	}
+	f.Encode(c.frSend[slot*dynproto.FrameSize:])
+	c.sges[c.sgeUsed] = c.frSendMR.SGE(slot*dynproto.FrameSize, dynproto.FrameSize)
+	c.wrs = append(c.wrs, verbs.SendWR{
+		WRID:   wridFrame | uint64(c.pendWriteWRs)<<24 | uint64(c.pendWrites),
+		Opcode: verbs.OpSend,
+		Flags:  verbs.Signaled,
+		SGL:    c.sges[c.sgeUsed : c.sgeUsed+1],
+	})
+	c.sgeUsed++
+	c.frameSeq++
+	c.outstanding++
+	c.pendWrites, c.pendWriteWRs = 0, 0
+	c.open = -1
+	return true
+}
+
+// flush posts the batch.
+func (c *conn) flush() {
+	if len(c.wrs) == 0 {
+		return
+	}
+	n, err := c.qp.PostSendBatch(c.wrs)
+	if err != nil && c.pending == nil && !c.failed {
+		c.outstanding -= len(c.wrs) - n
+		c.pending = fmt.Errorf("%w: %w", ErrConnAborted, err)
+	}
+	c.wrs = c.wrs[:0]
+	c.sgeUsed = 0
+	c.open = -1
+}
+
+// poll takes completions from the completion queue and feeds them to the
+// engine. It reports whether there were any.
+func (c *conn) poll() bool {
+	n := c.cq.Poll(c.wcs)
+	if n == 0 {
+		return false
+	}
+	for i := range c.wcs[:n] {
+		if c.failed {
+			break // the rest are flushes
+		}
+		c.onWC(&c.wcs[i])
+	}
+	c.exec()
+	if c.backlog.len() > 0 {
+		c.drainBacklog()
+		c.exec()
+	}
+	return true
+}
+
+// onWC handles one work completion.
+func (c *conn) onWC(wc *verbs.WC) {
+	if wc.Status != verbs.StatusSuccess {
+		cause := c.qp.Err()
+		switch {
+		case wc.Status == verbs.StatusFlushed && errors.Is(cause, syscall.ECONNRESET):
+			c.fail(ErrConnReset, true)
+		case cause != nil:
+			c.fail(fmt.Errorf("%w: %w", ErrConnAborted, cause), false)
+		default:
+			c.fail(fmt.Errorf("%w: %v %v", ErrConnAborted, wc.Opcode, wc.Status), false)
+		}
+		return
+	}
+	var err error
+	switch wc.Opcode {
+	case verbs.WCSend:
+		writes := int(wc.WRID & wridMask)
+		c.outstanding -= 1 + int(wc.WRID>>24&wridMask)
+		for range writes {
+			if c.acts, err = c.eng.WriteDone(c.acts); err != nil {
+				break
+			}
+		}
+	case verbs.WCRecv:
+		slot := int(wc.WRID)
+		var f dynproto.Frame
+		if wc.ByteLen != dynproto.FrameSize {
+			err = fmt.Errorf("%w: frame of %d bytes", dynproto.ErrProtocol, wc.ByteLen)
+			break
+		}
+		if err = f.Decode(c.frRecv[slot*dynproto.FrameSize : (slot+1)*dynproto.FrameSize]); err != nil {
+			err = fmt.Errorf("%w: %w", dynproto.ErrProtocol, err)
+			break
+		}
+		if err = c.postFrameRecv(slot); err != nil {
+			c.fail(fmt.Errorf("%w: %w", ErrConnAborted, err), false)
+			return
+		}
+		c.acts, err = c.eng.OnFrame(c.acts, &f)
+	}
+	if err != nil {
+		c.s.log.Warn("protocol error", zap.String("addr", c.s.addr), zap.Error(err))
+		c.fail(fmt.Errorf("%w: %w", ErrConnAborted, err), false)
+	}
+}
+
+// fail ends the connection: the queue pair is destroyed (its work requests
+// flushed, so the provider no longer uses any buffer, and the peer sees
+// the connection go), actions still waiting are carried out as far as they
+// are local, and unless the connection had already ended in order the
+// engine is aborted with err, completing every operation; its actions are
+// appended to c.acts for exec.
+func (c *conn) fail(err error, disconnect bool) {
+	if c.failed {
+		return
+	}
+	c.failed = true
+	c.qp.Close()
+	c.wrs = c.wrs[:0]
+	c.sgeUsed = 0
+	c.drainBacklog()
+	if disconnect && c.eng.Done() {
+		c.graceful = true
+		return
+	}
+	c.canceled = 0
+	c.deadErr = err
+	c.acts = c.eng.Abort(c.acts, err)
+	if !disconnect {
+		c.s.log.Debug("connection ended", zap.String("addr", c.s.addr), zap.Error(err))
+	}
+}
+
+// checkShutdowns completes the shutdowns whose end of stream has been
+// sent.
+func (c *conn) checkShutdowns() {
+	if len(c.shutOps) == 0 {
+		return
+	}
+	if c.eng.Dead() {
+		c.failShutdowns()
+		return
+	}
+	if st := c.eng.State(); st.FinSent && st.Sends == 0 {
+		for _, idx := range c.shutOps {
+			c.s.complete(idx, 0, nil, nil)
+		}
+		c.shutOps = c.shutOps[:0]
+	}
+}
+
+// failShutdowns completes the pending shutdowns with the engine's abort
+// error and returns how many.
+func (c *conn) failShutdowns() int {
+	n := len(c.shutOps)
+	for _, idx := range c.shutOps {
+		c.s.complete(idx, 0, c.deadErr, nil)
+	}
+	c.shutOps = c.shutOps[:0]
+	return n
+}
+
+// close closes the connection for Close or Stack.Close and ends the
+// goroutine.
+func (c *conn) close() {
+	c.fail(errClosedCanceled, false)
+	c.exec()
+	if c.deadErr == nil {
+		c.deadErr = errClosedCanceled
+	}
+	c.failShutdowns()
+	c.s.flushDone()
+	c.s.publish(c.eng.Stats())
+	c.destroy()
+	c.s.finish(errClosedCanceled)
+}
+
+// idle waits for work: a posted operation, a close, a completion. In
+// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins.
+func (c *conn) idle() {
+	s := c.s
+	if s.cfg.wait != WaitNotify {
+		start := time.Now()
+		for i := 1; ; i++ {
+			if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
+				return
+			}
+			runtime.Gosched()
+			if s.cfg.wait == WaitAdaptive && i%8 == 0 && time.Since(start) >= s.cfg.spin {
+				break
+			}
+		}
+	}
+	s.sleeping.Store(true)
+	c.cq.RequestNotify()
+	if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
+		s.sleeping.Store(false)
+		return
+	}
+	select {
+	case <-s.wake:
+	case <-c.cq.Notify():
+	}
+	s.sleeping.Store(false)
+	s.gstats.Wakeups++
+}
+
+// actionFIFO is a queue of actions whose storage is reused.
+type actionFIFO struct {
+	buf  []dynproto.Action
+	head int
+}
+
+func (q *actionFIFO) len() int { return len(q.buf) - q.head }
+
+func (q *actionFIFO) peek() *dynproto.Action { return &q.buf[q.head] }
+
+func (q *actionFIFO) push(a dynproto.Action) {
+	if q.head > 0 && len(q.buf) == cap(q.buf) {
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf = q.buf[:n]
+		q.head = 0
+	}
+	q.buf = append(q.buf, a)
+}
+
+func (q *actionFIFO) pop() {
+	q.buf[q.head] = dynproto.Action{}
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf = q.buf[:0]
+		q.head = 0
+	}
+}

@@ -1,0 +1,157 @@
+package exs
+
+import (
+	"strings"
+	"syscall"
+
+	"github.com/exsgo/exs/eventq"
+)
+
+// Errors returned by this package, directly or inside an *OpError or an
+// Event. Compare with errors.Is: every error this package returns wraps one
+// of these sentinels (or a syscall.Errno) and keeps the errno it stands for,
+// so that errors.Is(err, syscall.EAGAIN) and errors.Is(err, ErrWouldBlock)
+// both hold for a would-block error.
+var (
+	// ErrClosed reports an operation on a closed socket, a deleted queue
+	// or a closed stack, a second Close, and an operation canceled because
+	// its socket was closed. It is the same value as eventq.ErrClosed, so
+	// every "it is closed" error of the lower layers matches it too.
+	ErrClosed = eventq.ErrClosed
+
+	// ErrWouldBlock reports a post that cannot be accepted now: the
+	// socket's limit of outstanding operations is reached, or the target
+	// queue has no room for the operation's event. Nothing was posted;
+	// dequeue events and retry. It matches syscall.EAGAIN.
+	ErrWouldBlock error = &errnoError{msg: "exs: operation would block", errno: syscall.EAGAIN}
+
+	// ErrBusy reports a resource still in use: a memory handle with
+	// operations posted (the error also wraps mreg.ErrBusy), a queue that
+	// operations will still post events to. It matches syscall.EBUSY.
+	ErrBusy error = &errnoError{msg: "exs: resource busy", errno: syscall.EBUSY}
+
+	// ErrInvalid reports a bad argument: a nil or empty buffer where data
+	// is needed, a buffer outside its memory handle, a deregistered
+	// handle, a queue of another stack, a bad option, a malformed
+	// address. It matches syscall.EINVAL.
+	ErrInvalid error = &errnoError{msg: "exs: invalid argument", errno: syscall.EINVAL}
+
+	// ErrNotConnected reports a send, recv or shutdown on a socket that is
+	// neither connected nor connecting. It matches syscall.ENOTCONN.
+	ErrNotConnected error = &errnoError{msg: "exs: socket is not connected", errno: syscall.ENOTCONN}
+
+	// ErrAccess reports a memory handle that lacks the access an
+	// operation needs: AccessRead to send from, AccessWrite to receive
+	// into. It matches syscall.EACCES.
+	ErrAccess error = &errnoError{msg: "exs: memory handle does not grant the access", errno: syscall.EACCES}
+
+	// ErrMismatch reports a connection refused because the two ends'
+	// protocol parameters differ (version, protocol mode or socket type).
+	// It matches syscall.ECONNREFUSED.
+	ErrMismatch error = &errnoError{msg: "exs: connection parameters do not match the peer's", errno: syscall.ECONNREFUSED}
+
+	// ErrCanceled reports an operation canceled by Cancel or Close. It
+	// matches syscall.ECANCELED. Operations canceled by Close complete with
+	// an error that matches ErrClosed as well.
+	ErrCanceled error = &errnoError{msg: "exs: operation canceled", errno: syscall.ECANCELED}
+
+	// ErrConnReset reports an operation that failed because the peer
+	// closed or canceled the connection before it had ended in order. It
+	// matches syscall.ECONNRESET.
+	ErrConnReset error = &errnoError{msg: "exs: connection reset by peer", errno: syscall.ECONNRESET}
+
+	// ErrConnAborted reports an operation that failed because the
+	// connection broke: a protocol violation by the peer (the error then
+	// also matches syscall.EPROTO), a transport error. It matches
+	// syscall.ECONNABORTED.
+	ErrConnAborted error = &errnoError{msg: "exs: connection aborted", errno: syscall.ECONNABORTED}
+
+	// ErrTimeout reports a Dequeue whose timeout expired before the
+	// minimum number of events arrived. It is eventq.ErrTimeout and
+	// matches os.ErrDeadlineExceeded.
+	ErrTimeout = eventq.ErrTimeout
+)
+
+// Errors with more than one meaning.
+var (
+	errQueueFull = &errnoError{msg: "exs: event queue full", errno: syscall.EAGAIN, is: []error{ErrWouldBlock}}
+	errTooMany   = &errnoError{msg: "exs: too many operations outstanding", errno: syscall.EAGAIN, is: []error{ErrWouldBlock}}
+	// errClosedCanceled completes the operations that Close cancels.
+	errClosedCanceled = &errnoError{msg: "exs: operation canceled: socket closed", errno: syscall.ECANCELED, is: []error{ErrCanceled, ErrClosed}}
+	errIsConn         = &errnoError{msg: "exs: socket is already connected or connecting", errno: syscall.EISCONN, is: []error{ErrInvalid}}
+	errNotListening   = &errnoError{msg: "exs: socket is not listening", errno: syscall.EINVAL, is: []error{ErrInvalid}}
+	errShutdown       = &errnoError{msg: "exs: socket shut down for sending", errno: syscall.EPIPE}
+)
+
+// errnoError is an error that stands for an errno (and possibly other
+// sentinels): errors.Is holds for each of them.
+type errnoError struct {
+	msg   string
+	errno syscall.Errno
+	is    []error
+}
+
+func (e *errnoError) Error() string { return e.msg }
+
+// Is reports whether target is the errno or one of the sentinels e stands
+// for.
+func (e *errnoError) Is(target error) bool {
+	if target == e.errno {
+		return true
+	}
+	for _, t := range e.is {
+		if t == target {
+			return true
+		}
+	}
+	return false
+}
+
+// OpError is the error of an operation, returned by a call that failed or
+// carried by the Event of an operation that completed with an error. Like
+// net.OpError it says which operation on which address failed; Err is the
+// cause, which errors.Is and errors.As see through Unwrap.
+type OpError struct {
+	// Op is the operation: "send", "recv", "accept", "connect",
+	// "shutdown", "close", "cancel", "bind", "listen", "mregister",
+	// "mderegister", "qcreate", "qdelete", "dequeue", "socket".
+	Op string
+	// Addr is the socket's address (the listening address, or the
+	// address it connected to or was accepted on), if it has one.
+	Addr string
+	// Err is the cause.
+	Err error
+}
+
+// Error returns "exs: OP ADDR: cause".
+func (e *OpError) Error() string {
+	var b strings.Builder
+	b.WriteString("exs: ")
+	b.WriteString(e.Op)
+	if e.Addr != "" {
+		b.WriteByte(' ')
+		b.WriteString(e.Addr)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(e.Err.Error(), "exs: "))
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the error is a timeout.
+func (e *OpError) Timeout() bool {
+	t, ok := e.Err.(interface{ Timeout() bool })
+	return ok && t.Timeout()
+}
+
+// opErr wraps err for the boundary, unless it is nil.
+func opErr(op, addr string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OpError{Op: op, Addr: addr, Err: err}
+}

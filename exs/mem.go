@@ -1,0 +1,222 @@
+package exs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+// Access is the set of uses a memory handle allows. The zero Access allows
+// nothing and is refused by Mregister.
+type Access uint8
+
+const (
+	// AccessRead allows sending from the memory.
+	AccessRead Access = 1 << iota
+	// AccessWrite allows receiving into the memory. Such memory is
+	// registered for remote write, so that the peer can place the bytes of
+	// a recv directly into it (see "Memory" in the package documentation).
+	AccessWrite
+
+	accessAll = AccessRead | AccessWrite
+)
+
+// String returns "read", "write" or "read|write".
+func (a Access) String() string {
+	var parts []string
+	if a&AccessRead != 0 {
+		parts = append(parts, "read")
+	}
+	if a&AccessWrite != 0 {
+		parts = append(parts, "write")
+	}
+	if rest := a &^ accessAll; rest != 0 || a == 0 {
+		parts = append(parts, fmt.Sprintf("Access(%#x)", uint8(rest)))
+	}
+	return strings.Join(parts, "|")
+}
+
+// verbs returns the rights a registration with access needs.
+func (a Access) verbs() mreg.Access {
+	if a&AccessWrite != 0 {
+		return mreg.LocalWrite | mreg.RemoteWrite
+	}
+	return 0
+}
+
+// MHandle is a memory handle: a buffer registered once with every device
+// of its stack, so that operations on it need no registration of their
+// own. Create one with Stack.Mregister.
+//
+// Every send or recv that names the handle holds a reference to it from
+// the call that posts it until its event is posted; Mderegister is refused
+// with ErrBusy meanwhile.
+//
+// An MHandle is safe for concurrent use. The zero MHandle is not usable.
+type MHandle struct {
+	st     *Stack
+	buf    []byte
+	addr   uint64
+	access Access
+	mrs    []*verbs.MR // by device index
+
+	// state packs a closed bit (bit 0) and the number of references
+	// held by posted operations (bits 1..63).
+	state atomic.Uint64
+}
+
+const (
+	handleClosed = 1
+	handleRef    = 2
+)
+
+// Bytes returns the registered buffer.
+func (h *MHandle) Bytes() []byte { return h.buf }
+
+// Access returns the uses the handle allows.
+func (h *MHandle) Access() Access { return h.access }
+
+// Mregister registers buf for the uses in access and returns its handle.
+// buf must not be empty. The handle keeps buf registered, and so in use by
+// the library, until Mderegister succeeds; the caller must not free buf
+// (mreg.Free) before.
+func (st *Stack) Mregister(buf []byte, access Access) (*MHandle, error) {
+	switch {
+	case len(buf) == 0:
+		return nil, opErr("mregister", "", fmt.Errorf("%w: empty buffer", ErrInvalid))
+	case access == 0 || access&^accessAll != 0:
+		return nil, opErr("mregister", "", fmt.Errorf("%w: access %v", ErrInvalid, access))
+	}
+	h := &MHandle{st: st, buf: buf, addr: addrOf(buf), access: access, mrs: make([]*verbs.MR, len(st.devs))}
+	for i, d := range st.devs {
+		mr, err := d.pd.RegisterMR(buf, access.verbs())
+		if err != nil {
+			for _, m := range h.mrs[:i] {
+				m.Deregister()
+			}
+			return nil, opErr("mregister", "", err)
+		}
+		h.mrs[i] = mr
+	}
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		for _, m := range h.mrs {
+			m.Deregister()
+		}
+		return nil, opErr("mregister", "", ErrClosed)
+	}
+	st.handles[h] = struct{}{}
+	st.mu.Unlock()
+	return h, nil
+}
+
+// Mderegister deregisters h. It returns an error matching ErrBusy (and
+// mreg.ErrBusy) while operations that name h are outstanding, leaving h
+// registered; an error matching ErrInvalid and mreg.ErrDeregistered if h
+// was already deregistered; and ErrInvalid for a nil handle or one of
+// another stack. After success, operations naming h fail with ErrInvalid.
+func (st *Stack) Mderegister(h *MHandle) error {
+	switch {
+	case h == nil:
+		return opErr("mderegister", "", fmt.Errorf("%w: nil memory handle", ErrInvalid))
+	case h.st != st:
+		return opErr("mderegister", "", fmt.Errorf("%w: memory handle of another stack", ErrInvalid))
+	}
+	if err := h.deregister(); err != nil {
+		return opErr("mderegister", "", err)
+	}
+	st.mu.Lock()
+	delete(st.handles, h)
+	st.mu.Unlock()
+	return nil
+}
+
+// deregister closes h if no operation holds it, and deregisters its
+// memory regions.
+func (h *MHandle) deregister() error {
+	for {
+		old := h.state.Load()
+		switch {
+		case old&handleClosed != 0:
+			return fmt.Errorf("%w: %w", ErrInvalid, mreg.ErrDeregistered)
+		case old >= handleRef:
+			return fmt.Errorf("%w: %d operations outstanding: %w", ErrBusy, old/handleRef, mreg.ErrBusy)
+		}
+		if h.state.CompareAndSwap(old, old|handleClosed) {
+			break
+		}
+	}
+	var busy error
+	for i, mr := range h.mrs {
+		if mr == nil {
+			continue
+		}
+		if err := mr.Deregister(); err != nil && !errors.Is(err, mreg.ErrDeregistered) {
+			// A peer's write into the memory is still being placed:
+			// keep the handle.
+			busy = err
+			continue
+		}
+		h.mrs[i] = nil
+	}
+	if busy != nil {
+		h.state.Store(0)
+		return fmt.Errorf("%w: %w", ErrBusy, busy)
+	}
+	return nil
+}
+
+// acquire takes a reference for an operation.
+func (h *MHandle) acquire() error {
+	for {
+		old := h.state.Load()
+		if old&handleClosed != 0 {
+			return fmt.Errorf("%w: memory handle: %w", ErrInvalid, mreg.ErrDeregistered)
+		}
+		if h.state.CompareAndSwap(old, old+handleRef) {
+			return nil
+		}
+	}
+}
+
+// release drops a reference taken by acquire.
+func (h *MHandle) release() {
+	for {
+		old := h.state.Load()
+		if old < handleRef {
+			panic("exs: MHandle released more often than acquired")
+		}
+		if h.state.CompareAndSwap(old, old-handleRef) {
+			return
+		}
+	}
+}
+
+// check validates buf against h for the access an operation needs.
+func (h *MHandle) check(st *Stack, buf []byte, need Access) error {
+	switch {
+	case h.st != st:
+		return fmt.Errorf("%w: memory handle of another stack", ErrInvalid)
+	case h.access&need == 0:
+		return fmt.Errorf("%w: %v needed, handle grants %v", ErrAccess, need, h.access)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	a := addrOf(buf)
+	if a < h.addr || a-h.addr > uint64(len(h.buf)) || uint64(len(buf)) > uint64(len(h.buf))-(a-h.addr) {
+		return fmt.Errorf("%w: buffer outside its memory handle: %w", ErrInvalid, mreg.ErrBounds)
+	}
+	return nil
+}
+
+// addrOf returns the address of buf's first byte (0 for a nil buffer).
+func addrOf(buf []byte) uint64 {
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+}

@@ -1,0 +1,368 @@
+package exs
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/verbs"
+)
+
+// Mode is the protocol mode of a connection: how its bytes travel. Both
+// ends of a connection must use the same mode; Connect fails with
+// ErrMismatch otherwise. The zero Mode is not a mode.
+type Mode uint8
+
+const (
+	// ModeDynamic chooses per transfer: directly into the receiver's
+	// posted buffer when the receiver has advertised one, otherwise
+	// indirectly through its stream buffer. It is the default.
+	ModeDynamic Mode = iota + 1
+	// ModeDirectOnly always writes directly into an advertised recv
+	// buffer: a send waits until the peer posts a recv. No stream buffer
+	// is allocated.
+	ModeDirectOnly
+	// ModeIndirectOnly always goes through the receiver's stream buffer:
+	// the receiver copies every byte once more.
+	ModeIndirectOnly
+)
+
+// String returns "dynamic", "direct-only" or "indirect-only".
+func (m Mode) String() string {
+	switch m {
+	case ModeDynamic:
+		return "dynamic"
+	case ModeDirectOnly:
+		return "direct-only"
+	case ModeIndirectOnly:
+		return "indirect-only"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+func (m Mode) proto() dynproto.Mode {
+	switch m {
+	case ModeDirectOnly:
+		return dynproto.DirectOnly
+	case ModeIndirectOnly:
+		return dynproto.IndirectOnly
+	}
+	return dynproto.Dynamic
+}
+
+// SockType is the type of a socket. The zero SockType is not a type.
+type SockType uint8
+
+const (
+	// SockStream is SOCK_STREAM: a reliable byte stream. A recv completes
+	// with 1 to len(buf) bytes (exactly len(buf) with MsgWaitAll, fewer
+	// only at the end of the stream), and with 0 bytes at the end of the
+	// stream.
+	SockStream SockType = iota + 1
+	// SockSeqPacket is SOCK_SEQPACKET: reliable messages. Each send is one
+	// message that fills exactly one recv; a message longer than its recv
+	// fails both the send and the recv with EMSGSIZE. Empty messages are
+	// allowed.
+	SockSeqPacket
+)
+
+// String returns "stream" or "seqpacket".
+func (t SockType) String() string {
+	switch t {
+	case SockStream:
+		return "stream"
+	case SockSeqPacket:
+		return "seqpacket"
+	}
+	return "SockType(" + strconv.Itoa(int(t)) + ")"
+}
+
+func (t SockType) proto() dynproto.SockType {
+	if t == SockSeqPacket {
+		return dynproto.SeqPacket
+	}
+	return dynproto.Stream
+}
+
+// WaitMode says how a goroutine that has nothing to do waits: a Dequeue on
+// a Queue, and a socket's progress goroutine. The zero WaitMode is not a
+// mode.
+type WaitMode uint8
+
+const (
+	// WaitAdaptive spins for the spin time (WithSpinTime), yielding the
+	// processor between checks, and then blocks. It is the default: waking
+	// a blocked goroutine on another CPU costs tens of microseconds.
+	WaitAdaptive WaitMode = iota + 1
+	// WaitBusyPoll never blocks: it keeps checking, yielding between
+	// checks. It keeps a CPU busy per waiting goroutine.
+	WaitBusyPoll
+	// WaitNotify blocks at once.
+	WaitNotify
+)
+
+// String returns "adaptive", "busy-poll" or "notify".
+func (m WaitMode) String() string {
+	switch m {
+	case WaitAdaptive:
+		return "adaptive"
+	case WaitBusyPoll:
+		return "busy-poll"
+	case WaitNotify:
+		return "notify"
+	}
+	return "WaitMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+func (m WaitMode) eventq() eventq.WaitMode {
+	switch m {
+	case WaitBusyPoll:
+		return eventq.BusyPoll
+	case WaitNotify:
+		return eventq.Notify
+	}
+	return eventq.Adaptive
+}
+
+// Defaults and limits of the options.
+const (
+	// DefaultStreamBuffer is the default size of a connection's stream
+	// buffer (WithStreamBuffer).
+	DefaultStreamBuffer = 1 << 20
+	// DefaultFrames is the default number of protocol frame buffers a
+	// connection keeps posted (WithFrames).
+	DefaultFrames = 32
+	// DefaultMaxSends and DefaultMaxRecvs are the default limits of
+	// outstanding sends and recvs per socket (WithOutstanding).
+	DefaultMaxSends = 64
+	DefaultMaxRecvs = 64
+	// DefaultSpinTime is how long WaitAdaptive spins by default.
+	DefaultSpinTime = eventq.DefaultSpinTime
+
+	// MaxStreamBuffer is the largest stream buffer.
+	MaxStreamBuffer = 1 << 30
+	// MaxFrames is the largest number of frame buffers.
+	MaxFrames = 4096
+	// MaxOutstanding is the largest limit of outstanding sends or recvs.
+	MaxOutstanding = 1 << 16
+	// MaxTransfer is the largest buffer one send or recv may take.
+	MaxTransfer = 1 << 30
+)
+
+// Option configures a Stack (NewStack), a Socket (Stack.Socket) or a
+// Queue (Stack.Qcreate). Options a socket accepts and does not get are
+// taken from its stack's; a socket accepted on a listening socket takes
+// the listening socket's. Each option's doc says where it applies; given
+// elsewhere it makes the call fail with ErrInvalid.
+type Option interface {
+	apply(*config)
+}
+
+// Scopes an option applies to.
+const (
+	scopeStack uint8 = 1 << iota
+	scopeSocket
+	scopeQueue
+)
+
+func scopeName(s uint8) string {
+	switch s {
+	case scopeStack:
+		return "NewStack"
+	case scopeSocket:
+		return "Socket"
+	}
+	return "Qcreate"
+}
+
+type option struct {
+	name   string
+	scopes uint8
+	f      func(*config) error
+}
+
+func (o option) apply(c *config) {
+	if c.err != nil {
+		return
+	}
+	if o.scopes&c.scope == 0 {
+		c.err = fmt.Errorf("%w: option %s does not apply to %s", ErrInvalid, o.name, scopeName(c.scope))
+		return
+	}
+	if err := o.f(c); err != nil {
+		c.err = err
+	}
+}
+
+// providerEntry is a provider named by its address scheme.
+type providerEntry struct {
+	scheme string
+	p      verbs.Provider
+}
+
+// config holds the settings options make.
+type config struct {
+	scope uint8
+	err   error
+
+	providers []providerEntry
+	logger    *zap.Logger
+	mode      Mode
+	streamBuf int
+	frames    int
+	maxSends  int
+	maxRecvs  int
+	wait      WaitMode
+	spin      time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		logger:    zap.NewNop(),
+		mode:      ModeDynamic,
+		streamBuf: DefaultStreamBuffer,
+		frames:    DefaultFrames,
+		maxSends:  DefaultMaxSends,
+		maxRecvs:  DefaultMaxRecvs,
+		wait:      WaitAdaptive,
+		spin:      DefaultSpinTime,
+	}
+}
+
+// applyOptions applies opts to c in scope.
+func (c *config) applyOptions(scope uint8, opts []Option) error {
+	c.scope, c.err = scope, nil
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		o.apply(c)
+	}
+	return c.err
+}
+
+// WithProvider makes the stack reach addresses "scheme:..." through p. The
+// stack opens one verbs device over p and does not close p. By default the
+// stack knows one scheme, "inproc", served by an in-process provider
+// shared by every stack of the process (so that two stacks of one process
+// can connect to each other); WithProvider("inproc", p) replaces it. It
+// applies to NewStack only.
+func WithProvider(scheme string, p verbs.Provider) Option {
+	return option{"WithProvider", scopeStack, func(c *config) error {
+		if scheme == "" || strings.ContainsRune(scheme, ':') || p == nil {
+			return fmt.Errorf("%w: provider %q", ErrInvalid, scheme)
+		}
+		for i, e := range c.providers {
+			if e.scheme == scheme {
+				c.providers[i].p = p
+				return nil
+			}
+		}
+		c.providers = append(c.providers, providerEntry{scheme, p})
+		return nil
+	}}
+}
+
+// WithLogger logs connection events (connects, accepts, rejections,
+// resets, protocol errors; never one line per operation) to l. The default
+// is zap.NewNop(); a nil l keeps the current logger. It applies to
+// NewStack and Socket.
+func WithLogger(l *zap.Logger) Option {
+	return option{"WithLogger", scopeStack | scopeSocket, func(c *config) error {
+		if l != nil {
+			c.logger = l
+		}
+		return nil
+	}}
+}
+
+// WithMode sets the protocol mode of connections. The default is
+// ModeDynamic. It applies to NewStack and Socket.
+func WithMode(m Mode) Option {
+	return option{"WithMode", scopeStack | scopeSocket, func(c *config) error {
+		if m < ModeDynamic || m > ModeIndirectOnly {
+			return fmt.Errorf("%w: %v", ErrInvalid, m)
+		}
+		c.mode = m
+		return nil
+	}}
+}
+
+// WithStreamBuffer sets the size in bytes of the stream buffer each
+// connection end allocates for the peer's indirect transfers, between 1
+// and MaxStreamBuffer (DefaultStreamBuffer by default). ModeDirectOnly
+// allocates none. It applies to NewStack and Socket.
+func WithStreamBuffer(n int) Option {
+	return option{"WithStreamBuffer", scopeStack | scopeSocket, func(c *config) error {
+		if n < 1 || n > MaxStreamBuffer {
+			return fmt.Errorf("%w: stream buffer of %d bytes", ErrInvalid, n)
+		}
+		c.streamBuf = n
+		return nil
+	}}
+}
+
+// WithFrames sets how many protocol frame buffers (48 bytes each) a
+// connection end keeps posted for the peer's control messages, between 1
+// and MaxFrames (DefaultFrames by default). It bounds how many ADVERTs,
+// ACKs and transfer notices may be in flight. It applies to NewStack and
+// Socket.
+func WithFrames(n int) Option {
+	return option{"WithFrames", scopeStack | scopeSocket, func(c *config) error {
+		if n < 1 || n > MaxFrames {
+			return fmt.Errorf("%w: %d frame buffers", ErrInvalid, n)
+		}
+		c.frames = n
+		return nil
+	}}
+}
+
+// WithOutstanding sets the most sends and the most recvs that may be
+// outstanding on a socket (posted, event not yet posted), each between 1
+// and MaxOutstanding (DefaultMaxSends and DefaultMaxRecvs by default); a
+// listening socket applies the recv limit to accepts. A post beyond the
+// limit fails with an error matching ErrWouldBlock. It applies to NewStack
+// and Socket.
+func WithOutstanding(sends, recvs int) Option {
+	return option{"WithOutstanding", scopeStack | scopeSocket, func(c *config) error {
+		if sends < 1 || recvs < 1 || sends > MaxOutstanding || recvs > MaxOutstanding {
+			return fmt.Errorf("%w: outstanding limits %d and %d", ErrInvalid, sends, recvs)
+		}
+		c.maxSends, c.maxRecvs = sends, recvs
+		return nil
+	}}
+}
+
+// WithWaitMode sets how an idle goroutine waits: a Dequeue on the queue
+// (Qcreate), a socket's progress goroutine (Socket, NewStack). The default
+// is WaitAdaptive. It applies to NewStack, Socket and Qcreate.
+func WithWaitMode(m WaitMode) Option {
+	return option{"WithWaitMode", scopeStack | scopeSocket | scopeQueue, func(c *config) error {
+		if m < WaitAdaptive || m > WaitNotify {
+			return fmt.Errorf("%w: %v", ErrInvalid, m)
+		}
+		c.wait = m
+		return nil
+	}}
+}
+
+// WithSpinTime sets how long WaitAdaptive spins before blocking
+// (DefaultSpinTime by default; zero means the default). It applies to
+// NewStack, Socket and Qcreate.
+func WithSpinTime(d time.Duration) Option {
+	return option{"WithSpinTime", scopeStack | scopeSocket | scopeQueue, func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: spin time %v", ErrInvalid, d)
+		}
+		if d == 0 {
+			d = DefaultSpinTime
+		}
+		c.spin = d
+		return nil
+	}}
+}

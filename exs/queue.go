@@ -1,0 +1,247 @@
+package exs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/exsgo/exs/eventq"
+)
+
+// EventType says which operation an Event completes. The zero EventType
+// is not a type.
+type EventType uint8
+
+const (
+	// EventAccept completes Socket.Accept; Event.Accepted is the new
+	// connected socket.
+	EventAccept EventType = iota + 1
+	// EventConnect completes Socket.Connect.
+	EventConnect
+	// EventSend completes Socket.Send; Event.N is the number of bytes
+	// sent (the whole buffer on success).
+	EventSend
+	// EventRecv completes Socket.Recv; Event.N is the number of bytes
+	// received, 0 at the end of the stream.
+	EventRecv
+	// EventShutdown completes Socket.Shutdown.
+	EventShutdown
+	// EventClose completes Socket.Close. It is the last event the socket
+	// posts.
+	EventClose
+	// EventCancel completes Socket.Cancel; Event.N is the number of
+	// operations canceled.
+	EventCancel
+)
+
+var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel"}
+
+// String returns the name of the operation, such as "send".
+func (t EventType) String() string {
+	if t > 0 && int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Event is the completion of one asynchronous operation. Every operation
+// that a call accepted (returned nil) posts exactly one Event, to the queue
+// named in the call. It is a plain value.
+type Event struct {
+	// Type is the operation.
+	Type EventType
+	// Socket is the socket the operation was posted on.
+	Socket *Socket
+	// User is the value passed with the operation.
+	User any
+	// N is the byte count of a send or recv, the number of operations
+	// canceled by a cancel, and 0 otherwise.
+	N int
+	// Err is nil on success, otherwise an *OpError whose cause keeps its
+	// errno: ECONNRESET, ECONNABORTED, ECANCELED, EPIPE, EMSGSIZE,
+	// ECONNREFUSED (test with errors.Is).
+	Err error
+	// Accepted is the new socket of a successful accept.
+	Accepted *Socket
+}
+
+// Queue is an event queue: operations post their events to it, the
+// application dequeues them. Create one with Stack.Qcreate.
+//
+// Each operation reserves room for its event when it is posted, so an
+// event is never dropped: a post that finds the queue full (counting the
+// events of operations still outstanding) fails with an error matching
+// ErrWouldBlock.
+//
+// A Queue is safe for concurrent use by many posters and dequeuers. The
+// zero Queue is not usable.
+type Queue struct {
+	st *Stack
+	eq *eventq.Queue[Event]
+
+	// state counts the operations posted that will post an event here
+	// (bits 0..61), with bit 62 set once the queue is deleted.
+	state atomic.Int64
+
+	// Errors returned without allocating.
+	errTimeout, errClosed error
+}
+
+const queueDeleted = 1 << 62
+
+// Qcreate creates an event queue that holds up to depth events (depth >=
+// 1). Options WithWaitMode and WithSpinTime set how Dequeue waits (the
+// stack's setting by default).
+func (st *Stack) Qcreate(depth int, opts ...Option) (*Queue, error) {
+	cfg := st.cfg
+	if err := cfg.applyOptions(scopeQueue, opts); err != nil {
+		return nil, opErr("qcreate", "", err)
+	}
+	if depth <= 0 {
+		return nil, opErr("qcreate", "", fmt.Errorf("%w: queue depth %d", ErrInvalid, depth))
+	}
+	eq, err := eventq.New[Event](depth, eventq.Options{Mode: cfg.wait.eventq(), SpinTime: cfg.spin})
+	if err != nil {
+		return nil, opErr("qcreate", "", fmt.Errorf("%w: %w", ErrInvalid, err))
+	}
+	q := &Queue{
+		st:         st,
+		eq:         eq,
+		errTimeout: &OpError{Op: "dequeue", Err: ErrTimeout},
+		errClosed:  &OpError{Op: "dequeue", Err: ErrClosed},
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil, opErr("qcreate", "", ErrClosed)
+	}
+	st.queues[q] = struct{}{}
+	return q, nil
+}
+
+// Qdelete deletes q. It refuses with an error matching ErrBusy while
+// operations posted with q as their queue are outstanding (their events
+// are still to come): cancel or complete them first, so that no event is
+// ever dropped. Events already queued stay dequeuable; once they are
+// drained, Dequeue returns ErrClosed, as do waiters blocked on the empty
+// queue, which Qdelete wakes. Operations posted with q afterwards fail
+// with ErrClosed. A second Qdelete returns ErrClosed.
+func (st *Stack) Qdelete(q *Queue) error {
+	switch {
+	case q == nil:
+		return opErr("qdelete", "", fmt.Errorf("%w: nil queue", ErrInvalid))
+	case q.st != st:
+		return opErr("qdelete", "", fmt.Errorf("%w: queue of another stack", ErrInvalid))
+	}
+	if err := q.delete(false); err != nil {
+		return opErr("qdelete", "", err)
+	}
+	st.mu.Lock()
+	delete(st.queues, q)
+	st.mu.Unlock()
+	return nil
+}
+
+// delete marks q deleted and closes it; unless force, only when no
+// operation will post to it.
+func (q *Queue) delete(force bool) error {
+	for {
+		v := q.state.Load()
+		switch {
+		case v&queueDeleted != 0:
+			return ErrClosed
+		case v != 0 && !force:
+			return fmt.Errorf("%w: %d operations will still post to the queue", ErrBusy, v)
+		}
+		if q.state.CompareAndSwap(v, v|queueDeleted) {
+			break
+		}
+	}
+	q.eq.Close()
+	return nil
+}
+
+// reserve takes room for one operation's event.
+func (q *Queue) reserve() error {
+	for {
+		v := q.state.Load()
+		if v&queueDeleted != 0 {
+			return ErrClosed
+		}
+		if q.state.CompareAndSwap(v, v+1) {
+			break
+		}
+	}
+	if err := q.eq.Reserve(1); err != nil {
+		q.state.Add(-1)
+		if errors.Is(err, eventq.ErrFull) {
+			return errQueueFull
+		}
+		return err
+	}
+	return nil
+}
+
+// unreserve gives back room taken by reserve for an operation that was not
+// posted after all.
+func (q *Queue) unreserve() {
+	q.eq.Unreserve(1)
+	q.state.Add(-1)
+}
+
+// post posts the event of an operation that reserved room.
+func (q *Queue) post(ev Event) {
+	q.eq.PostReserved(ev)
+	q.state.Add(-1)
+}
+
+// Cap returns the queue's depth.
+func (q *Queue) Cap() int { return q.eq.Cap() }
+
+// Len returns the number of events queued.
+func (q *Queue) Len() int { return q.eq.Len() }
+
+// Outstanding returns the number of operations posted with q whose events
+// are still to come.
+func (q *Queue) Outstanding() int { return int(q.state.Load() &^ queueDeleted) }
+
+// TryDequeue moves up to len(events) queued events, oldest first, into
+// events and returns how many. It never waits.
+func (q *Queue) TryDequeue(events []Event) int { return q.eq.TryDequeue(events) }
+
+// Dequeue moves queued events, oldest first, into events once at least min
+// are queued (0 <= min <= len(events)) and returns how many, at most
+// len(events). It waits as the queue's WaitMode says, up to timeout
+// (negative: no limit; zero: no wait). When timeout expires first it
+// returns the events queued, possibly fewer than min, and an error matching
+// ErrTimeout. On a deleted queue it returns the events left, then 0 and an
+// error matching ErrClosed. Dequeue does not allocate.
+func (q *Queue) Dequeue(events []Event, min int, timeout time.Duration) (int, error) {
+	n, err := q.eq.Dequeue(events, min, timeout)
+	return n, q.err(err)
+}
+
+// DequeueContext is Dequeue bounded by ctx instead of a timeout: when ctx
+// is done first it returns the events queued and an error wrapping
+// ctx.Err().
+func (q *Queue) DequeueContext(ctx context.Context, events []Event, min int) (int, error) {
+	n, err := q.eq.DequeueContext(ctx, events, min)
+	return n, q.err(err)
+}
+
+func (q *Queue) err(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case err == eventq.ErrTimeout:
+		return q.errTimeout
+	case err == eventq.ErrClosed:
+		return q.errClosed
+	case errors.Is(err, eventq.ErrInvalid):
+		return &OpError{Op: "dequeue", Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+	}
+	return &OpError{Op: "dequeue", Err: err}
+}
