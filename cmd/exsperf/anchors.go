@@ -23,7 +23,7 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 	var m [2]mark
 	pos := 0
 	start := time.Now()
-	phase := 0
+	win := window{warmup: warmup, d: d}
 	// Copy a batch of messages between clock readings: about 64 KiB.
 	batch := max(1, 64<<10/size)
 	for i := 0; ; {
@@ -45,13 +45,11 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 			bytes += int64(size)
 			msgs++
 		}
-		el := time.Since(start)
-		if phase == 0 && el >= warmup {
-			m[0], phase = takeMark(bytes, msgs), 1
-		}
-		if phase == 1 && el >= warmup+d {
-			m[1] = takeMark(bytes, msgs)
-			break
+		if e := win.check(time.Since(start)); e != edgeNone {
+			m[e-1] = takeMark(bytes, msgs)
+			if e == edgeEnd {
+				break
+			}
 		}
 		if ctx.Err() != nil {
 			return result{}, ctx.Err()

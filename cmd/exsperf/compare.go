@@ -238,7 +238,7 @@ func spread(r row) string {
 	if r.Rounds < 2 {
 		return "-"
 	}
-	return sig(r.MinGBps) + "-" + sig(r.MaxGBps)
+	return sig(r.MinGBps) + ".." + sig(r.MaxGBps)
 }
 
 func ratio(v, base float64) string {

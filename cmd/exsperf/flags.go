@@ -219,10 +219,12 @@ func (f waitsFlag) Set(s string) error {
 		switch strings.TrimSpace(p) {
 		case "busy", "busy-poll", "poll":
 			out = append(out, waitBusy)
-		case "block", "blocking":
+		case "block", "blocking", "notify":
 			out = append(out, waitBlock)
+		case "adaptive":
+			out = append(out, waitAdaptive)
 		default:
-			return fmt.Errorf("bad wait mode %q (want busy or block)", p)
+			return fmt.Errorf("bad wait mode %q (want busy, block or adaptive)", p)
 		}
 	}
 	*f.v = out

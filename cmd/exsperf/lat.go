@@ -27,13 +27,13 @@ type latOpts struct {
 
 func (o *latOpts) register(fs *flag.FlagSet) {
 	o.duration, o.warmup, o.sizes = 300*time.Millisecond, 100*time.Millisecond, []int{64, 4 << 10, 64 << 10}
-	o.modes, o.waits = append([]dynproto.Mode(nil), modes...), []waitMode{waitBusy, waitBlock}
+	o.modes, o.waits = append([]dynproto.Mode(nil), modes...), []waitMode{waitBusy, waitBlock, waitAdaptive}
 	o.transport, o.tcp, o.cc, o.seed = "auto", "tcp", "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes")
 	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes")
 	fs.Var(modesFlag{&o.modes}, "modes", "modes to run")
-	fs.Var(waitsFlag{&o.waits}, "wait", "wait modes: busy, block (where the transport has threads to wait)")
+	fs.Var(waitsFlag{&o.waits}, "wait", "wait modes: busy, block, adaptive (spin, then block; exs only), where the transport has threads to wait")
 	fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
 	fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp, tcp-proc or off")
 	registerTCP(fs, &o.cc)
@@ -98,19 +98,23 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 			p := base
 			p.Mode = m
 			if tr.Name() == "engine" {
+				p.Wait = waitInline
 				pts = append(pts, latPoint{tr, m.String(), waitInline, p})
 				continue
 			}
 			for _, w := range o.waits {
+				p.Wait = w
 				pts = append(pts, latPoint{tr, m.String(), w, p})
 			}
 		}
 		if tcp != nil {
 			for _, w := range o.waits {
-				if w == waitBusy && !busyPollSupported {
-					continue
+				if w == waitAdaptive || w == waitBusy && !busyPollSupported {
+					continue // TCP has no adaptive wait of its own
 				}
-				pts = append(pts, latPoint{tcp, tcpRunName(tcp), w, base})
+				p := base
+				p.Wait = w
+				pts = append(pts, latPoint{tcp, tcpRunName(tcp), w, p})
 			}
 		}
 	}

@@ -336,17 +336,16 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	defer runtime.UnlockOSThread()
 	start := time.Now()
 	var s0 snapshot
-	measuring := false
+	win := window{warmup: warmup, d: d}
 	for n := 0; ; n++ {
 		t3, err := mp.turn()
 		if err != nil {
 			return result{}, err
 		}
-		el := t3.Sub(start)
-		if !measuring && el >= warmup {
-			measuring, s0 = true, mp.snap(el)
-		}
-		if measuring && el >= warmup+d {
+		switch el := t3.Sub(start); win.check(el) {
+		case edgeStart:
+			s0 = mp.snap(el)
+		case edgeEnd:
 			return mp.result(s0, mp.snap(el)), nil
 		}
 		if n%64 == 0 && ctx.Err() != nil {
@@ -515,22 +514,23 @@ func oneWay(src, dst *memEnd) error {
 	return nil
 }
 
-// pingLoop calls rt for warmup, then for d, timing each call made during d.
+// pingLoop calls rt for warmup, then for d, timing each call that starts
+// in the measured interval; there is at least one.
 func pingLoop(ctx context.Context, warmup, d time.Duration, rt func() error) ([]time.Duration, error) {
 	start := time.Now()
 	var out []time.Duration
+	win := window{warmup: warmup, d: d}
 	for n := 0; ; n++ {
 		t0 := time.Now()
+		e := win.check(t0.Sub(start))
+		if e == edgeEnd {
+			return out, nil
+		}
 		if err := rt(); err != nil {
 			return nil, err
 		}
-		t1 := time.Now()
-		el := t1.Sub(start)
-		if t0.Sub(start) >= warmup {
-			out = append(out, t1.Sub(t0))
-		}
-		if el >= warmup+d {
-			return out, nil
+		if win.phase == 1 {
+			out = append(out, time.Since(t0))
 		}
 		if n%64 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -237,8 +237,10 @@ func sig(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	case v >= 1:
 		return fmt.Sprintf("%.2f", v)
+	case v == 0:
+		return "0"
 	}
-	return fmt.Sprintf("%.3f", v)
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
 func sizeName(n int) string {

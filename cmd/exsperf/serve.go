@@ -194,7 +194,7 @@ func (s *server) stream(c *net.TCPConn, req request) error {
 	var bytes int64
 	var start time.Time
 	var m [2]mark
-	phase := 0
+	win := window{warmup: req.Warmup, d: req.Duration}
 	for {
 		k, err := c.Read(buf)
 		if req.Verify && k > 0 {
@@ -204,7 +204,7 @@ func (s *server) stream(c *net.TCPConn, req request) error {
 		}
 		bytes += int64(k)
 		if err != nil {
-			if phase < 2 {
+			if win.phase < 2 {
 				return fmt.Errorf("exs: server: stream ended early: %w", err)
 			}
 			if errors.Is(err, io.EOF) {
@@ -215,12 +215,11 @@ func (s *server) stream(c *net.TCPConn, req request) error {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		el := time.Since(start)
-		if phase == 0 && el >= req.Warmup {
-			m[0], phase = takeMark(bytes, 0), 1
-		}
-		if phase == 1 && el >= req.Warmup+req.Duration {
-			m[1], phase = takeMark(bytes, 0), 2
+		switch win.check(time.Since(start)) {
+		case edgeStart:
+			m[0] = takeMark(bytes, 0)
+		case edgeEnd:
+			m[1] = takeMark(bytes, 0)
 			r := reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
 				CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread), CC: connCongestion(c)}
 			if err := writeMsg(c, r); err != nil {
@@ -280,7 +279,7 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	runtime.LockOSThread()
 	bufs := makeBufs(np.p.Sends, np.p.Size)
 	var m [2]mark
-	phase := 0
+	win := window{warmup: warmup, d: d}
 	var msgs int64
 	start := time.Now()
 	var werr error
@@ -294,12 +293,8 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 			break
 		}
 		msgs++
-		el := time.Since(start)
-		if phase == 0 && el >= warmup {
-			m[0], phase = takeMark(0, msgs), 1
-		}
-		if phase == 1 && el >= warmup+d {
-			m[1], phase = takeMark(0, msgs), 2
+		if e := win.check(time.Since(start)); e != edgeNone {
+			m[e-1] = takeMark(0, msgs)
 		}
 	}
 	runtime.UnlockOSThread()
@@ -317,7 +312,7 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	io.Copy(io.Discard, np.c)
 	r := result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
 		Note: "congestion control " + rep.CC}
-	if phase == 2 {
+	if win.phase == 2 {
 		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * rep.Elapsed.Seconds() / m[1].at.Sub(m[0].at).Seconds())
 		r.CPUSend = cpuDelta(m[0].proc, m[1].proc)
 		// Scale the sender's CPU to the server's interval.

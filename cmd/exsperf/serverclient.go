@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -116,6 +117,9 @@ func runClient(ctx context.Context, e *env, o *clientOpts) error {
 	}
 	if err := durationOK("duration", o.duration, false); err != nil {
 		return usageError{err}
+	}
+	if slices.Contains(o.waits, waitAdaptive) {
+		return usagef("--wait adaptive: plain TCP has busy and block only")
 	}
 	if o.sends < 1 {
 		return usagef("--sends must be positive")

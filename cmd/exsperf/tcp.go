@@ -136,6 +136,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	var rm [2]mark
 	var bytes int64
 	start := time.Now()
+	win := window{warmup: warmup, d: d}
 	var rerr error
 	for n := 0; ; n++ {
 		k, err := tp.r.Read(buf)
@@ -150,15 +151,12 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 			rerr = fmt.Errorf("exs: tcp anchor: %w", err)
 			break
 		}
-		el := time.Since(start)
-		if phase.Load() == 0 && el >= warmup {
-			rm[0] = takeMark(bytes, 0)
-			phase.Store(1)
-		}
-		if el >= warmup+d {
-			rm[1] = takeMark(bytes, 0)
-			phase.Store(2)
-			break
+		if e := win.check(time.Since(start)); e != edgeNone {
+			rm[e-1] = takeMark(bytes, 0)
+			phase.Store(int32(e))
+			if e == edgeEnd {
+				break
+			}
 		}
 		if n%256 == 0 && ctx.Err() != nil {
 			rerr = ctx.Err()

@@ -54,6 +54,9 @@ type pairParams struct {
 	Verify       bool   // check every received byte
 	Seed         int64  // payload pattern
 	CC           string // TCP congestion control ("" for the system's)
+	// Wait is how the sides of a transport with threads wait (0: the
+	// transport's default); PingPong must be asked for the same.
+	Wait waitMode
 }
 
 // result is what a stream measurement saw during its measured interval.
@@ -105,9 +108,10 @@ func (r result) cpuPerGB(c time.Duration) float64 {
 type waitMode uint8
 
 const (
-	waitBlock  waitMode = iota + 1 // sleep in the kernel or the Go scheduler
-	waitBusy                       // spin
-	waitInline                     // nothing to wait for: one goroutine runs both sides
+	waitBlock    waitMode = iota + 1 // sleep in the kernel or the Go scheduler
+	waitBusy                         // spin
+	waitInline                       // nothing to wait for: one goroutine runs both sides
+	waitAdaptive                     // spin briefly, then block (exs's default)
 )
 
 func (w waitMode) String() string {
@@ -118,6 +122,8 @@ func (w waitMode) String() string {
 		return "busy-poll"
 	case waitInline:
 		return "inline"
+	case waitAdaptive:
+		return "adaptive"
 	}
 	return fmt.Sprintf("waitMode(%d)", uint8(w))
 }
@@ -149,6 +155,7 @@ var transports = []struct {
 	help string
 	make func() (transport, error)
 }{
+	{"exs", "exs sockets over the in-process verbs provider (the socket API)", func() (transport, error) { return exsTransport{}, nil }},
 	{"engine", "dynproto engines over process memory, one goroutine (protocol cost only)", func() (transport, error) { return engineTransport{}, nil }},
 	{"tcp", "plain Go TCP over loopback, two goroutines in this process (anchor)", func() (transport, error) { return &tcpTransport{}, nil }},
 	{"tcp-proc", "plain Go TCP over loopback to a child exsperf process (anchor)", func() (transport, error) { return newProcTransport("tcp") }},
@@ -184,5 +191,40 @@ func openTransport(name string) (transport, error) {
 }
 
 // autoTransport is what "auto" means: the socket API over the in-process
-// provider once it exists, the bare engine until then.
-var autoTransport = "engine"
+// provider.
+var autoTransport = "exs"
+
+// window finds the edges of a measured interval: the first check at or after
+// warmup starts it, and the first check at least d after that start ends it,
+// so that the interval is never shorter than d, however long a step takes.
+// The zero value with warmup and d set is ready to use.
+type window struct {
+	warmup, d time.Duration
+	start     time.Duration
+	phase     int // 0 warming up, 1 measuring, 2 done
+}
+
+// Edges check reports.
+const (
+	edgeNone  = 0
+	edgeStart = 1
+	edgeEnd   = 2
+)
+
+// check takes the time elapsed since the run began and reports whether it
+// is an edge of the interval.
+func (w *window) check(el time.Duration) int {
+	switch w.phase {
+	case 0:
+		if el >= w.warmup {
+			w.phase, w.start = 1, el
+			return edgeStart
+		}
+	case 1:
+		if el-w.start >= w.d {
+			w.phase = 2
+			return edgeEnd
+		}
+	}
+	return edgeNone
+}
