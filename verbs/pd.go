@@ -46,7 +46,11 @@ func (pd *PD) RegisterMR(buf []byte, access mreg.Access) (*MR, error) {
 		return nil, err
 	}
 	pd.nmr++
-	return &MR{pd: pd, r: r}, nil
+	mr := &MR{pd: pd, r: r}
+	if o, ok := pd.dev.p.(RegistrationObserver); ok {
+		o.MemoryRegistered(pd, mr)
+	}
+	return mr, nil
 }
 
 // Close deallocates the protection domain. It returns ErrBusy while queue
@@ -112,5 +116,8 @@ func (m *MR) Deregister() error {
 	m.pd.mu.Lock()
 	m.pd.nmr--
 	m.pd.mu.Unlock()
+	if o, ok := m.pd.dev.p.(RegistrationObserver); ok {
+		o.MemoryDeregistered(m.pd, m)
+	}
 	return nil
 }

@@ -161,3 +161,58 @@ func (m *Message) Segments() [][]byte {
 	}
 	return m.w.segs[:len(m.w.sgl)]
 }
+
+// RegistrationObserver is an optional ability of a Provider: one that
+// places data without the target's help (the same-host provider writing
+// into a peer process's memory) must publish each protection domain's
+// registrations where initiators can check them. Device calls these
+// methods, if the provider implements them, after a registration succeeds
+// and after a deregistration succeeds. They must not block for long and
+// must not call back into the PD.
+type RegistrationObserver interface {
+	MemoryRegistered(pd *PD, mr *MR)
+	MemoryDeregistered(pd *PD, mr *MR)
+}
+
+// RegionInfo describes a registered region as it may be published to
+// peers: enough to check a one-sided operation against a table the
+// checker does not hold. Info returns it for an MR.
+type RegionInfo struct {
+	LKey, RKey mreg.Key
+	Addr       uint64 // virtual address of the first byte
+	Len        uint64
+	Access     mreg.Access
+}
+
+// Info returns the region's description.
+func (m *MR) Info() RegionInfo {
+	return RegionInfo{LKey: m.LKey(), RKey: m.RKey(), Addr: m.Addr(), Len: uint64(m.Len()), Access: m.Access()}
+}
+
+// Check applies to a described region the rule mreg.Table.Lookup applies
+// to a live one, in the same order, for a provider that checks a remote
+// operation on the initiator's side against a peer's published
+// registrations: key names the region (remote access, that is access with
+// mreg.RemoteRead or mreg.RemoteWrite, needs the rkey, local access the
+// lkey) or mreg.ErrInvalidKey; [addr, addr+n) lies inside it, without
+// wrap-around, or mreg.ErrBounds; the region grants access, or
+// mreg.ErrAccess. Unknown access bits are mreg.ErrInvalid. Whether the
+// registration is still live is the publisher's business: it withdraws a
+// region once MemoryDeregistered is called.
+func (ri RegionInfo) Check(key mreg.Key, addr, n uint64, access mreg.Access) error {
+	const known = mreg.LocalWrite | mreg.RemoteRead | mreg.RemoteWrite
+	if access&^known != 0 {
+		return mreg.ErrInvalid
+	}
+	if key == 0 || (key != ri.LKey && key != ri.RKey) {
+		return mreg.ErrInvalidKey
+	}
+	if addr < ri.Addr || addr-ri.Addr > ri.Len || n > ri.Len-(addr-ri.Addr) {
+		return mreg.ErrBounds
+	}
+	remote := access&(mreg.RemoteRead|mreg.RemoteWrite) != 0
+	if remote != (key == ri.RKey) || access&^ri.Access != 0 {
+		return mreg.ErrAccess
+	}
+	return nil
+}

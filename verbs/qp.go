@@ -10,27 +10,30 @@ import (
 
 // State is the state of a queue pair. The zero State is not a state.
 //
-//	          CreateQP
-//	             |
-//	             v              Modify(Init)
-//	+------->  Init  <------------------------- Reset <---+
-//	|            |                                ^       |
-//	| Connect or |                                |       |
-//	| Accept     v                                |       |
-//	| fails   ReadyToReceive                      | Modify(Reset)
-//	+------------|                                |       |
-//	             | connection established         |       |
-//	             v                                |       |
-//	         ReadyToSend                          |       |
-//	             |                                |       |
-//	             | error of either end, Disconnect, Close,  |
-//	             | the peer's Disconnect, Modify(Error)     |
-//	             v                                          |
-//	           Error ---------------------------------------+
+//	  CreateQP
+//	     |
+//	     v          Modify(Reset)
+//	   Init ------------------------> Reset
+//	   | ^  <------------------------   ^
+//	   | |          Modify(Init)         |
+//	   | | Connect or Accept fails       |
+//	   v |                               |
+//	ReadyToReceive                       |
+//	   |                                 |
+//	   | connection established          |
+//	   v                                 |
+//	ReadyToSend                          |
+//	   |                                 |
+//	   | Disconnect, Close, Modify(Error),
+//	   | an error of either end,         |
+//	   | the peer's disconnect           |
+//	   v                                 |
+//	 Error ------------------------------+
+//	          Modify(Reset)
 //
-// Any state may move to Error. Init and Error may move to Reset (with
-// Modify, once the connection is gone); Reset moves to Init. The states
-// ReadyToReceive and ReadyToSend are entered only by Connect and
+// Every state may move to Error (Modify(Error), Close). Init and Error
+// move to Reset with Modify once the connection is gone; Reset moves to
+// Init. ReadyToReceive and ReadyToSend are entered only by Connect and
 // ConnRequest.Accept.
 type State uint32
 
