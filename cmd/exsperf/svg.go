@@ -26,7 +26,8 @@ type plot struct {
 	xlabel string
 	ylabel string
 	logX   bool
-	logY   bool // log10 y axis over the decades the data spans
+	logY   bool    // log10 y axis over the decades the data spans
+	yMax   float64 // if positive, the top of a linear y axis (100 for percentages)
 	xSizes bool // label x ticks as byte sizes
 	series []series
 }
@@ -92,6 +93,9 @@ func (p *plot) svg() []byte {
 		xmax = xmin * 2
 	}
 	top, step := niceMax(ymax * 1.05)
+	if p.yMax > 0 {
+		top, step = niceMax(p.yMax)
+	}
 	// Log y: whole decades around the data.
 	lo, hi := 0.0, 0.0
 	if p.logY {
@@ -165,10 +169,13 @@ func (p *plot) svg() []byte {
 		if s.dash != "" {
 			dash = fmt.Sprintf(` stroke-dasharray="%s"`, s.dash)
 		}
+		// Earlier lines are drawn wider, so that a line lying on top of
+		// another leaves it visible.
+		width := 2 + 2.5*float64(len(p.series)-1-i)/float64(max(1, len(p.series)-1))
 		var pts []string
 		flush := func() {
 			if len(pts) > 1 {
-				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", color, dash, strings.Join(pts, " "))
+				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="0.85"%s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
 			}
 			pts = pts[:0]
 		}

@@ -231,13 +231,15 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 		if o.want(4) {
 			fmt.Fprintf(&md, "## Figure 4: percent of bytes sent directly, %s\n\n", sub)
 			grid.table(&md, func(r row) string { return num(r.PctDirect, 1) })
-			figs = append(figs, namedPlot{"fig4-direct.svg", grid.plot("Percent of bytes sent directly", sub+"; "+tr.Name(), "% direct",
+			p := grid.plot("Percent of bytes sent directly", sub+"; "+tr.Name(), "% direct",
 				func(r row) float64 {
 					if r.PctDirect == nil {
 						return math.NaN()
 					}
 					return *r.PctDirect
-				}, runs)})
+				}, runs)
+			p.yMax = 100
+			figs = append(figs, namedPlot{"fig4-direct.svg", p})
 		}
 	}
 
