@@ -28,7 +28,7 @@ type plot struct {
 	logX   bool
 	logY   bool    // log10 y axis over the decades the data spans
 	yMax   float64 // if positive, the top of a linear y axis (100 for percentages)
-	xSizes bool // label x ticks as byte sizes
+	xSizes bool    // label x ticks as byte sizes
 	series []series
 }
 
