@@ -493,3 +493,11 @@ func TestEmulatedLink(t *testing.T) {
 		})
 	}
 }
+
+func TestSig(t *testing.T) {
+	for v, want := range map[float64]string{1234: "1234", 12.34: "12.3", 1.234: "1.23", 0.2: "0.200", 0.0123: "0.0123", 2.49e-5: "0.0000249", 0: "0", math.NaN(): "-"} {
+		if got := sig(v); got != want {
+			t.Errorf("sig(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

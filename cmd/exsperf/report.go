@@ -237,10 +237,11 @@ func sig(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	case v >= 1:
 		return fmt.Sprintf("%.2f", v)
-	case v == 0:
-		return "0"
+	case v <= 0:
+		return fmt.Sprintf("%g", v)
 	}
-	return strconv.FormatFloat(v, 'g', 3, 64)
+	// Three significant digits, without an exponent.
+	return fmt.Sprintf("%.*f", 2-int(math.Floor(math.Log10(v))), v)
 }
 
 func sizeName(n int) string {
