@@ -87,8 +87,12 @@ type observer struct {
 	events []string
 }
 
-func (o *observer) MemoryRegistered(_ *PD, mr *MR)   { o.events = append(o.events, fmt.Sprint("+", mr.Len())) }
-func (o *observer) MemoryDeregistered(_ *PD, mr *MR) { o.events = append(o.events, fmt.Sprint("-", mr.Len())) }
+func (o *observer) MemoryRegistered(_ *PD, mr *MR) {
+	o.events = append(o.events, fmt.Sprint("+", mr.Len()))
+}
+func (o *observer) MemoryDeregistered(_ *PD, mr *MR) {
+	o.events = append(o.events, fmt.Sprint("-", mr.Len()))
+}
 func (o *observer) Dial(context.Context, string, *Endpoint, []byte) (Link, []byte, error) {
 	return nil, nil, ErrInvalid
 }
