@@ -57,9 +57,15 @@ func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 // mreg.ErrBounds, mreg.ErrAccess) without touching memory, and moves the
 // queue pair to the Error state: it calls its Link's Terminate, which
 // must make the peer fail too. Every error but ErrNoRecv does the same.
-// A queue pair that is not connected returns ErrClosed. Deliver never
-// blocks on anything but the queue pair's own short critical sections,
-// and does not allocate when it succeeds.
+// A queue pair that is not connected returns ErrClosed. Deliver does not
+// allocate when it succeeds.
+//
+// Deliver reads the payload as it places it. While it fills a RECV (SEND,
+// SEND_WITH_IMM) it holds the queue pair's receive-queue lock, so a
+// provider should hand it a SEND whose payload is at hand (buffered, or
+// in the initiator's memory) rather than one still crossing a slow
+// network; the payload of an RDMA WRITE or READ response is read without
+// that lock.
 func (e *Endpoint) Deliver(m *Message) error {
 	qp := e.qp
 	rq := &qp.rq

@@ -17,9 +17,9 @@ type recvWQE struct {
 }
 
 // recvQueue is a queue pair's receive queue. mu guards everything,
-// including the inbound side: a Deliver holds it while it places a
-// message, so that messages are placed and RECVs completed one at a time,
-// in order, and a flush never overtakes a placement.
+// including the inbound side: a Deliver holds it while it consumes a RECV
+// (see deliverLocked), so that RECVs complete one at a time, in order, and
+// a flush never overtakes a placement into a RECV.
 type recvQueue struct {
 	mu         sync.Mutex
 	ring       []recvWQE
@@ -181,10 +181,14 @@ func (qp *QP) completeRecvLocked(wc WC) {
 	qp.cfg.RecvCQ.push(wc)
 }
 
-// deliver places an incoming message; see Endpoint.Deliver. It returns
-// the outcome for the initiator and, if the message made this queue pair
-// fail, the cause (the queue pair is then already in Error and its RECVs
-// flushed; the caller finishes with afterError outside the lock).
+// deliverLocked places an incoming message; see Endpoint.Deliver. It is
+// called with rq.mu held and returns with it held, but releases it while
+// it copies the data of a one-sided operation, which does not involve the
+// receive queue: the target application's posts are not held up by a
+// slow payload. A SEND keeps the lock while it fills its RECV, so that a
+// flush never reports a RECV whose buffer is still being written. It
+// returns the outcome for the initiator and, if the message made this
+// queue pair fail, the cause (the caller then moves it to Error).
 func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 	rq := &qp.rq
 	switch m.Op {
@@ -197,12 +201,17 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		if err != nil {
 			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
 		}
+		head := rq.head
+		rq.mu.Unlock()
 		err = readFull(m, dst)
 		r.Release()
+		rq.mu.Lock()
 		if err != nil {
 			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
 		}
-		if m.Op == OpWriteWithImm {
+		// Deliver calls are serial, so only a flush can have moved the
+		// head meanwhile: then the RECV has its flush completion.
+		if m.Op == OpWriteWithImm && rq.head == head {
 			qp.completeRecvLocked(WC{Status: StatusSuccess, Opcode: WCRecvWithImm, Flags: WCWithImm, ByteLen: uint32(m.Len), Imm: m.Imm})
 		}
 		return nil, nil
@@ -255,12 +264,14 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		if err != nil {
 			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
 		}
+		rq.mu.Unlock()
 		if m.Sink == nil {
 			err = fmt.Errorf("%w: read without a sink", ErrInvalid)
 		} else {
 			_, err = m.Sink.Write(src)
 		}
 		r.Release()
+		rq.mu.Lock()
 		if err != nil {
 			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
 		}
