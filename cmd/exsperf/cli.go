@@ -99,8 +99,8 @@ message).`,
 		{name: "server", synopsis: "[flags]", short: "serve measurements for exsperf client (another process or host)",
 			long: `Listens for exsperf clients and serves one measurement at a time: the
 receiving side of streams and the echoing side of ping-pongs. The address
-names the provider: tcp:HOST:PORT is the plain-TCP anchor. exs over a
-provider that crosses processes is not available yet.`,
+names the provider: tcp:HOST:PORT is the plain-TCP anchor; exs over a verbs
+provider would be exs+PROVIDER:ADDR, but no provider crosses processes yet.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &serverOpts{}
 				o.register(fs)
@@ -108,8 +108,10 @@ provider that crosses processes is not available yet.`,
 			}},
 		{name: "client", synopsis: "[flags] ADDR", short: "measure against an exsperf server at ADDR",
 			long: `Streams to an exsperf server (ADDR is tcp:HOST:PORT, HOST:PORT or HOST, port
-5201 by default) for each size and prints throughput and each side's CPU
-time (RUSAGE_SELF of each process); with --lat, also ping-pong latency.`,
+5201 by default: the plain-TCP anchor) for each size and prints throughput and
+each side's CPU time (RUSAGE_SELF of each process); with --lat, also ping-pong
+latency. exs+PROVIDER:ADDR will name exs over a provider that crosses
+processes, when one exists.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &clientOpts{}
 				o.register(fs)

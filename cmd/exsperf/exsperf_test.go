@@ -345,6 +345,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"client"}, true, "one address"},
 		{[]string{"client", "shm:x"}, true, "not available yet"},
 		{[]string{"client", "inproc:x"}, true, "cannot reach another process"},
+		{[]string{"client", "exs+inproc:x"}, true, "cannot reach another process"},
+		{[]string{"client", "exs+shm:x"}, true, "not available yet"},
 		{[]string{"server", "--listen", "nonsense"}, true, "bad address"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -89,19 +89,22 @@ type peerAddr struct {
 // defaultPort is the server's default port (iperf3's).
 const defaultPort = "5201"
 
-// parsePeerAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST" (plain TCP).
-// Other schemes name an exs provider; those that cannot cross processes yet
-// are refused with a clear message.
+// parsePeerAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST": the plain-TCP
+// anchor. "exs+PROVIDER:ADDR" names exs over a verbs provider (such as
+// exs+inproc:name); no provider crosses processes yet, so those are refused
+// with a clear message. Adding one means serving exs sessions in server.session
+// and returning its scheme here.
 func parsePeerAddr(s string, listen bool) (peerAddr, error) {
 	scheme, rest, found := strings.Cut(s, ":")
 	if found {
-		switch scheme {
-		case "tcp":
+		provider, isExs := strings.CutPrefix(scheme, "exs+")
+		switch {
+		case scheme == "tcp":
 			s = rest
-		case "inproc":
+		case isExs && provider == "inproc", scheme == "inproc":
 			return peerAddr{}, fmt.Errorf("%q: the in-process provider cannot reach another process; run exsperf without server/client to measure it", s)
-		case "shm", "iwarp", "exs", "exs+tcp":
-			return peerAddr{}, fmt.Errorf("%q: exs over the %s provider is not available yet; use tcp:HOST:PORT for the plain-TCP anchor", s, scheme)
+		case isExs, scheme == "exs", scheme == "shm", scheme == "iwarp":
+			return peerAddr{}, fmt.Errorf("%q: exs over a provider that crosses processes is not available yet; use tcp:HOST:PORT for the plain-TCP anchor", s)
 		}
 	}
 	host, port, err := net.SplitHostPort(s)
