@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/exsgo/exs/mreg"
 )
 
 // Endpoint is a queue pair's end of one connection, as a provider sees it:
@@ -80,7 +82,24 @@ func (e *Endpoint) Deliver(m *Message) error {
 		rq.mu.Unlock()
 		return ErrClosed
 	}
-	err, cause := qp.deliverLocked(m)
+	var err, cause error
+	if m.Op == OpWrite || m.Op == OpRead {
+		// One-sided: check under the lock, copy without it.
+		var r *mreg.Region
+		var b []byte
+		if r, b, err = qp.checkOneSided(m); err == nil {
+			rq.mu.Unlock()
+			err = qp.copyOneSided(m, b)
+			r.Release()
+			if err == nil {
+				return nil
+			}
+			rq.mu.Lock()
+		}
+		cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+	} else {
+		err, cause = qp.deliverLocked(m)
+	}
 	failed := false
 	if cause != nil {
 		failed = qp.enterError(cause)
@@ -90,6 +109,28 @@ func (e *Endpoint) Deliver(m *Message) error {
 	if failed {
 		qp.afterError(cause)
 	}
+	return err
+}
+
+// checkOneSided checks the target range of an incoming one-sided
+// operation against the table, taking a reference on success.
+func (qp *QP) checkOneSided(m *Message) (*mreg.Region, []byte, error) {
+	access := mreg.RemoteWrite
+	if m.Op == OpRead {
+		access = mreg.RemoteRead
+	}
+	return qp.pd.table.Lookup(m.RKey, m.RAddr, uint64(m.Len), access)
+}
+
+// copyOneSided moves the data of a checked RDMA WRITE or READ.
+func (qp *QP) copyOneSided(m *Message, b []byte) error {
+	if m.Op == OpWrite {
+		return readFull(m, b)
+	}
+	if m.Sink == nil {
+		return fmt.Errorf("%w: read without a sink", ErrInvalid)
+	}
+	_, err := m.Sink.Write(b)
 	return err
 }
 

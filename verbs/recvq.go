@@ -181,23 +181,24 @@ func (qp *QP) completeRecvLocked(wc WC) {
 	qp.cfg.RecvCQ.push(wc)
 }
 
-// deliverLocked places an incoming message; see Endpoint.Deliver. It is
-// called with rq.mu held and returns with it held, but releases it while
-// it copies the data of a one-sided operation, which does not involve the
-// receive queue: the target application's posts are not held up by a
-// slow payload. A SEND keeps the lock while it fills its RECV, so that a
-// flush never reports a RECV whose buffer is still being written. It
-// returns the outcome for the initiator and, if the message made this
-// queue pair fail, the cause (the caller then moves it to Error).
+// deliverLocked places an incoming message that consumes a RECV (SEND,
+// SEND_WITH_IMM, RDMA_WRITE_WITH_IMM); see Endpoint.Deliver. It is called
+// with rq.mu held and returns with it held, but releases it while it
+// copies the data of a WRITE_WITH_IMM, which does not go into the RECV:
+// the target application's posts are not held up by a slow payload. A
+// SEND keeps the lock while it fills its RECV, so that a flush never
+// reports a RECV whose buffer is still being written. It returns the
+// outcome for the initiator and, if the message made this queue pair
+// fail, the cause (the caller then moves it to Error).
 func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 	rq := &qp.rq
 	switch m.Op {
-	case OpWrite, OpWriteWithImm:
-		if m.Op == OpWriteWithImm && rq.head == rq.tail {
+	case OpWriteWithImm:
+		if rq.head == rq.tail {
 			rq.rnrWaiting = true
 			return ErrNoRecv, nil
 		}
-		r, dst, err := qp.pd.table.Lookup(m.RKey, m.RAddr, uint64(m.Len), mreg.RemoteWrite)
+		r, dst, err := qp.checkOneSided(m)
 		if err != nil {
 			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
 		}
@@ -211,7 +212,7 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		}
 		// Deliver calls are serial, so only a flush can have moved the
 		// head meanwhile: then the RECV has its flush completion.
-		if m.Op == OpWriteWithImm && rq.head == head {
+		if rq.head == head {
 			qp.completeRecvLocked(WC{Status: StatusSuccess, Opcode: WCRecvWithImm, Flags: WCWithImm, ByteLen: uint32(m.Len), Imm: m.Imm})
 		}
 		return nil, nil
@@ -258,24 +259,6 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		}
 		qp.completeRecvLocked(wc)
 		return err, cause
-
-	case OpRead:
-		r, src, err := qp.pd.table.Lookup(m.RKey, m.RAddr, uint64(m.Len), mreg.RemoteRead)
-		if err != nil {
-			return err, fmt.Errorf("%w: incoming %v rejected: %w", ErrTerminated, m.Op, err)
-		}
-		rq.mu.Unlock()
-		if m.Sink == nil {
-			err = fmt.Errorf("%w: read without a sink", ErrInvalid)
-		} else {
-			_, err = m.Sink.Write(src)
-		}
-		r.Release()
-		rq.mu.Lock()
-		if err != nil {
-			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
-		}
-		return nil, nil
 	}
 	err = fmt.Errorf("%w: incoming opcode %v", ErrInvalid, m.Op)
 	return err, fmt.Errorf("%w: %w", ErrTerminated, err)
