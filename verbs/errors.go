@@ -115,6 +115,7 @@ type RejectError struct {
 	PrivateData []byte
 }
 
+// Error describes the rejection.
 func (e *RejectError) Error() string { return "exs: connection rejected by peer" }
 
 // Is makes errors.Is hold for ErrRejected and syscall.ECONNREFUSED.

@@ -195,6 +195,7 @@ type StatusError struct {
 	Status Status
 }
 
+// Error describes the status.
 func (e *StatusError) Error() string { return "exs: work request failed: " + e.Status.String() }
 
 // WCOpcode says which kind of work request a WC completes.

@@ -29,7 +29,7 @@ const quiet = 30 * time.Millisecond
 // test is one test of the suite.
 type test struct {
 	name string
-	fn   func(x *T)
+	fn   func(x *st)
 }
 
 // tests lists the suite, grouped by file.
@@ -55,16 +55,16 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 	}
 }
 
-// T is the context of one test: the testing.T, a context bounded by
+// st is the state of one test: the testing.T, a context bounded by
 // Timeout, the Env and the local device.
-type T struct {
+type st struct {
 	*testing.T
 	ctx context.Context
 	env Env
 	dev *verbs.Device
 }
 
-func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *T)) {
+func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st)) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // registered first: runs last
 
@@ -89,11 +89,11 @@ func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *T)) {
 		t.Fatalf("verbs.Open: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	fn(&T{T: t, ctx: ctx, env: env, dev: dev})
+	fn(&st{T: t, ctx: ctx, env: env, dev: dev})
 }
 
 // local creates a local queue pair.
-func (x *T) local(spec QPSpec) *localQP {
+func (x *st) local(spec QPSpec) *localQP {
 	x.Helper()
 	q, err := newLocalQP(x.dev, spec)
 	if err != nil {
@@ -104,7 +104,7 @@ func (x *T) local(spec QPSpec) *localQP {
 
 // pair returns a local queue pair of spec connected to a peer queue pair
 // of peerSpec.
-func (x *T) pair(spec, peerSpec QPSpec) (*localQP, PeerQP) {
+func (x *st) pair(spec, peerSpec QPSpec) (*localQP, PeerQP) {
 	x.Helper()
 	q := x.local(spec)
 	p := x.connect(q, peerSpec, nil, nil)
@@ -113,7 +113,7 @@ func (x *T) pair(spec, peerSpec QPSpec) (*localQP, PeerQP) {
 
 // connect connects q to a new peer queue pair, with private data both
 // ways, checking that they arrive.
-func (x *T) connect(q *localQP, peerSpec QPSpec, req, rep []byte) PeerQP {
+func (x *st) connect(q *localQP, peerSpec QPSpec, req, rep []byte) PeerQP {
 	x.Helper()
 	addr, err := x.env.Peer.Listen(x.ctx)
 	if err != nil {
@@ -143,7 +143,7 @@ func (x *T) connect(q *localQP, peerSpec QPSpec, req, rep []byte) PeerQP {
 }
 
 // register registers a local region with guards.
-func (x *T) register(q *localQP, size int, access mreg.Access) *localMR {
+func (x *st) register(q *localQP, size int, access mreg.Access) *localMR {
 	x.Helper()
 	m, err := q.register(size, access)
 	if err != nil {
@@ -153,7 +153,7 @@ func (x *T) register(q *localQP, size int, access mreg.Access) *localMR {
 }
 
 // peerRegister registers a peer region with guards.
-func (x *T) peerRegister(p PeerQP, size int, access mreg.Access) PeerMR {
+func (x *st) peerRegister(p PeerQP, size int, access mreg.Access) PeerMR {
 	x.Helper()
 	m, err := p.Register(size, access)
 	if err != nil {
@@ -163,7 +163,7 @@ func (x *T) peerRegister(p PeerQP, size int, access mreg.Access) PeerMR {
 }
 
 // post posts send work requests on q, failing the test on error.
-func (x *T) post(q *localQP, wrs ...verbs.SendWR) {
+func (x *st) post(q *localQP, wrs ...verbs.SendWR) {
 	x.Helper()
 	for _, wr := range wrs {
 		if err := q.qp.PostSend(wr); err != nil {
@@ -173,7 +173,7 @@ func (x *T) post(q *localQP, wrs ...verbs.SendWR) {
 }
 
 // postRecv posts a RECV on q.
-func (x *T) postRecv(q *localQP, wrID uint64, sgl ...verbs.SGE) {
+func (x *st) postRecv(q *localQP, wrID uint64, sgl ...verbs.SGE) {
 	x.Helper()
 	if err := q.qp.PostRecv(verbs.RecvWR{WRID: wrID, SGL: sgl}); err != nil {
 		x.Fatalf("PostRecv(wrid %d): %v", wrID, err)
@@ -181,7 +181,7 @@ func (x *T) postRecv(q *localQP, wrID uint64, sgl ...verbs.SGE) {
 }
 
 // peerPost posts send work requests on p.
-func (x *T) peerPost(p PeerQP, wrs ...PeerSendWR) {
+func (x *st) peerPost(p PeerQP, wrs ...PeerSendWR) {
 	x.Helper()
 	for _, wr := range wrs {
 		if err := p.PostSend(wr); err != nil {
@@ -191,7 +191,7 @@ func (x *T) peerPost(p PeerQP, wrs ...PeerSendWR) {
 }
 
 // peerRecv posts a RECV on p.
-func (x *T) peerRecv(p PeerQP, wrID uint64, sgl ...PeerSGE) {
+func (x *st) peerRecv(p PeerQP, wrID uint64, sgl ...PeerSGE) {
 	x.Helper()
 	if err := p.PostRecv(wrID, sgl); err != nil {
 		x.Fatalf("Peer PostRecv(wrid %d): %v", wrID, err)
@@ -200,7 +200,7 @@ func (x *T) peerRecv(p PeerQP, wrID uint64, sgl ...PeerSGE) {
 
 // poll waits for exactly n completions on q's CQ (and checks, after a
 // quiet spell, that no more come when exact is set).
-func (x *T) poll(q *localQP, n int) []verbs.WC {
+func (x *st) poll(q *localQP, n int) []verbs.WC {
 	x.Helper()
 	wcs, err := q.Poll(x.ctx, n)
 	if err != nil {
@@ -210,7 +210,7 @@ func (x *T) poll(q *localQP, n int) []verbs.WC {
 }
 
 // peerPoll waits for n completions on p.
-func (x *T) peerPoll(p PeerQP, n int) []verbs.WC {
+func (x *st) peerPoll(p PeerQP, n int) []verbs.WC {
 	x.Helper()
 	wcs, err := p.Poll(x.ctx, n)
 	if err != nil {
@@ -220,7 +220,7 @@ func (x *T) peerPoll(p PeerQP, n int) []verbs.WC {
 }
 
 // noMore checks that no completion arrives on q within the quiet spell.
-func (x *T) noMore(q *localQP) {
+func (x *st) noMore(q *localQP) {
 	x.Helper()
 	time.Sleep(quiet)
 	var buf [8]verbs.WC
@@ -231,7 +231,7 @@ func (x *T) noMore(q *localQP) {
 
 // peerNoMore checks that no completion arrives on p within the quiet
 // spell.
-func (x *T) peerNoMore(p PeerQP) {
+func (x *st) peerNoMore(p PeerQP) {
 	x.Helper()
 	time.Sleep(quiet)
 	wcs, err := p.Poll(x.ctx, 0)
@@ -244,7 +244,7 @@ func (x *T) peerNoMore(p PeerQP) {
 }
 
 // waitError waits until the local queue pair is in Error.
-func (x *T) waitError(q *localQP) {
+func (x *st) waitError(q *localQP) {
 	x.Helper()
 	if err := q.WaitError(x.ctx); err != nil {
 		x.Fatal(err)
@@ -255,7 +255,7 @@ func (x *T) waitError(q *localQP) {
 }
 
 // peerWaitError waits until the peer queue pair is in Error.
-func (x *T) peerWaitError(p PeerQP) {
+func (x *st) peerWaitError(p PeerQP) {
 	x.Helper()
 	if err := p.WaitError(x.ctx); err != nil {
 		x.Fatalf("peer: %v", err)
@@ -263,7 +263,7 @@ func (x *T) peerWaitError(p PeerQP) {
 }
 
 // wantWCs compares completions, ignoring QPNum, with cmp.Diff.
-func (x *T) wantWCs(what string, want, got []verbs.WC) {
+func (x *st) wantWCs(what string, want, got []verbs.WC) {
 	x.Helper()
 	if diff := cmp.Diff(want, stripQPN(got)); diff != "" {
 		x.Errorf("%s completions (-want +got):\n%s", what, diff)
@@ -296,7 +296,7 @@ func pattern(seed, n int) []byte {
 
 // expectRegion checks a region read with guards: the guards intact and the
 // region equal to want.
-func (x *T) expectRegion(what string, buf, want []byte) {
+func (x *st) expectRegion(what string, buf, want []byte) {
 	x.Helper()
 	if len(buf) != len(want)+2*Guard {
 		x.Fatalf("%s: read %d bytes, want %d", what, len(buf), len(want)+2*Guard)
@@ -329,7 +329,7 @@ func diffBytes(want, got []byte) string {
 }
 
 // readPeer reads a peer region with guards.
-func (x *T) readPeer(m PeerMR) []byte {
+func (x *st) readPeer(m PeerMR) []byte {
 	x.Helper()
 	b, err := m.Read()
 	if err != nil {

@@ -23,7 +23,7 @@ var cmTests = []test{
 }
 
 // testPrivateDataRoundTrip connects with MaxPrivateData bytes each way.
-func testPrivateDataRoundTrip(x *T) {
+func testPrivateDataRoundTrip(x *st) {
 	q := x.local(QPSpec{})
 	req := pattern(1, verbs.MaxPrivateData)
 	rep := pattern(2, verbs.MaxPrivateData)
@@ -35,7 +35,7 @@ func testPrivateDataRoundTrip(x *T) {
 
 // testPrivateDataTooLong refuses private data over the limit on both
 // Connect and Accept.
-func testPrivateDataTooLong(x *T) {
+func testPrivateDataTooLong(x *st) {
 	q := x.local(QPSpec{})
 	addr, err := x.env.Peer.Listen(x.ctx)
 	if err != nil {
@@ -79,7 +79,7 @@ func testPrivateDataTooLong(x *T) {
 
 // testReject checks that a rejection carries private data and leaves the
 // queue pair in Init, ready to connect again.
-func testReject(x *T) {
+func testReject(x *st) {
 	q := x.local(QPSpec{})
 	addr, err := x.env.Peer.Listen(x.ctx)
 	if err != nil {
@@ -115,7 +115,7 @@ func testReject(x *T) {
 }
 
 // testRefused dials an address where no one listens any more.
-func testRefused(x *T) {
+func testRefused(x *st) {
 	ln, err := x.dev.Listen(x.env.ListenAddr)
 	if err != nil {
 		x.Fatal(err)
@@ -138,7 +138,7 @@ func testRefused(x *T) {
 
 // testPeerDials has the peer connect to a local listener, then moves data
 // both ways.
-func testPeerDials(x *T) {
+func testPeerDials(x *st) {
 	ln, err := x.dev.Listen(x.env.ListenAddr)
 	if err != nil {
 		x.Fatal(err)
@@ -200,7 +200,7 @@ func testPeerDials(x *T) {
 }
 
 // testListenerClose wakes a blocked Accept with ErrClosed.
-func testListenerClose(x *T) {
+func testListenerClose(x *st) {
 	ln, err := x.dev.Listen(x.env.ListenAddr)
 	if err != nil {
 		x.Fatal(err)
@@ -224,7 +224,7 @@ func testListenerClose(x *T) {
 }
 
 // testAddrInUse listens twice at one address.
-func testAddrInUse(x *T) {
+func testAddrInUse(x *st) {
 	ln, err := x.dev.Listen(x.env.ListenAddr)
 	if err != nil {
 		x.Fatal(err)
@@ -240,7 +240,7 @@ func testAddrInUse(x *T) {
 
 // testLifecycle walks a queue pair through its states and checks what
 // each allows.
-func testLifecycle(x *T) {
+func testLifecycle(x *st) {
 	q := x.local(QPSpec{})
 	buf := x.register(q, 64, mreg.LocalWrite)
 	if s := q.qp.State(); s != verbs.StateInit {
@@ -292,7 +292,7 @@ func testLifecycle(x *T) {
 
 // testModify checks the transition table of Modify, then reconnects a
 // queue pair that went through Error and Reset.
-func testModify(x *T) {
+func testModify(x *st) {
 	q := x.local(QPSpec{})
 	buf := x.register(q, 64, mreg.LocalWrite)
 	rows := []struct {

@@ -19,7 +19,7 @@ var concurrencyTests = []test{
 
 // retry runs post until it does not fail with ErrQueueFull (the queues
 // are full until the pollers catch up) or ctx ends.
-func retry(x *T, post func() error) error {
+func retry(x *st, post func() error) error {
 	for {
 		err := post()
 		if !errors.Is(err, verbs.ErrQueueFull) {
@@ -37,7 +37,7 @@ func retry(x *T, post func() error) error {
 // by other goroutines, and both sides poll concurrently. Every work
 // request must complete once, successfully, and each sender's messages
 // must arrive in the order it posted them.
-func testConcurrentBothWays(x *T) {
+func testConcurrentBothWays(x *st) {
 	const senders, perSender, peerMsgs = 2, 300, 300
 	q, p := x.pair(QPSpec{SendDepth: 32, RecvDepth: 32, CQDepth: 128}, QPSpec{SendDepth: 32, RecvDepth: 32, CQDepth: 128})
 	src := x.register(q, senders*perSender*8, 0)
@@ -170,7 +170,7 @@ func testConcurrentBothWays(x *T) {
 // goroutine polls: every accepted post completes exactly once,
 // successfully or flushed, the flushed ones after the successful ones,
 // and posts accepted after the disconnect are flushed.
-func testDisconnectWhilePosting(x *T) {
+func testDisconnectWhilePosting(x *st) {
 	const posters, before, after = 3, 300, 20
 	q, p := x.pair(QPSpec{SendDepth: 64, CQDepth: 256}, QPSpec{})
 	src := x.register(q, 8, 0)

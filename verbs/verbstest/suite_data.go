@@ -27,7 +27,7 @@ var dataTests = []test{
 
 // testSendRecv sends from a 3-element gather list into a 2-element
 // scatter list, and back.
-func testSendRecv(x *T) {
+func testSendRecv(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 256, 0)
 	copy(src.region(), pattern(10, 256))
@@ -63,7 +63,7 @@ func testSendRecv(x *T) {
 }
 
 // testSendWithImm checks the immediate data of a SEND.
-func testSendWithImm(x *T) {
+func testSendWithImm(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 16, 0)
 	pm := x.peerRegister(p, 16, mreg.LocalWrite)
@@ -75,7 +75,7 @@ func testSendWithImm(x *T) {
 
 // testWriteRead writes into the middle of a peer region, up to its last
 // byte, and reads it back into a scattered local buffer.
-func testWriteRead(x *T) {
+func testWriteRead(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 128, 0)
 	copy(src.region(), pattern(12, 128))
@@ -112,7 +112,7 @@ func testWriteRead(x *T) {
 // testWriteWithImm checks that an RDMA WRITE with immediate data places
 // its data, consumes a RECV without touching the RECV's buffer, and
 // reports the immediate data and the byte count.
-func testWriteWithImm(x *T) {
+func testWriteWithImm(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 64, 0)
 	copy(src.region(), pattern(13, 64))
@@ -139,7 +139,7 @@ func testWriteWithImm(x *T) {
 }
 
 // testZeroLength moves zero bytes with each opcode.
-func testZeroLength(x *T) {
+func testZeroLength(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	pm := x.peerRegister(p, 8, mreg.LocalWrite|mreg.RemoteWrite|mreg.RemoteRead)
 	x.peerRecv(p, 1)
@@ -166,7 +166,7 @@ func testZeroLength(x *T) {
 // testUnsignaled posts unsignaled work requests: they complete silently,
 // the signaled one after them reports, and the completion queue's slots
 // come back.
-func testUnsignaled(x *T) {
+func testUnsignaled(x *st) {
 	q, p := x.pair(QPSpec{SendDepth: 4, CQDepth: 4}, QPSpec{})
 	src := x.register(q, 8, 0)
 	pm := x.peerRegister(p, 8, mreg.LocalWrite|mreg.RemoteWrite)
@@ -187,15 +187,15 @@ func testUnsignaled(x *T) {
 // SEND carrying the round number, and checks that completions come in
 // post order and that when the peer's RECV completes, every WRITE of the
 // round has been placed.
-func testOrdering(x *T) {
+func testOrdering(x *st) {
 	seed := time.Now().UnixNano()
 	x.Run(fmt.Sprintf("seed=%d", seed), func(t0 *testing.T) {
-		y := &T{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+		y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
 		orderingRounds(y, rand.New(rand.NewPCG(uint64(seed), 1)))
 	})
 }
 
-func orderingRounds(x *T, rng *rand.Rand) {
+func orderingRounds(x *st, rng *rand.Rand) {
 	const slots, slotSize, rounds = 8, 512, 20
 	q, p := x.pair(QPSpec{SendDepth: 64}, QPSpec{RecvDepth: rounds})
 	src := x.register(q, slots*slotSize, 0)
@@ -246,7 +246,7 @@ func orderingRounds(x *T, rng *rand.Rand) {
 
 // testOrderingIncoming has the peer write then send to the local side and
 // checks, at each local RECV completion, that the data is there.
-func testOrderingIncoming(x *T) {
+func testOrderingIncoming(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	const rounds, size = 16, 1024
 	target := x.register(q, size, mreg.LocalWrite|mreg.RemoteWrite)
@@ -275,7 +275,7 @@ func testOrderingIncoming(x *T) {
 
 // testRNRWait sends with no RECV posted under RNRWait: the SEND and the
 // WRITE behind it wait, and proceed in order once the peer posts a RECV.
-func testRNRWait(x *T) {
+func testRNRWait(x *st) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
 	src := x.register(q, 32, 0)
 	copy(src.region(), pattern(20, 32))
@@ -305,7 +305,7 @@ func testRNRWait(x *T) {
 // testRNRFail sends with no RECV posted under RNRFail: the SEND fails with
 // StatusRNRRetryExceeded, later work is flushed, and both ends are in
 // Error.
-func testRNRFail(x *T) {
+func testRNRFail(x *st) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRFail}, QPSpec{})
 	src := x.register(q, 8, 0)
 	x.post(q, verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{src.sge(0, 8)}})
@@ -319,7 +319,7 @@ func testRNRFail(x *T) {
 
 // testNotify arms the completion queue and checks that a completion fires
 // the notification, once.
-func testNotify(x *T) {
+func testNotify(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 8, 0)
 	pm := x.peerRegister(p, 8, mreg.LocalWrite|mreg.RemoteWrite)

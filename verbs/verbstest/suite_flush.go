@@ -8,17 +8,17 @@ import (
 )
 
 var flushTests = []test{
-	{"Flush/OnDisconnect", func(x *T) { testFlushLocal(x, false) }},
-	{"Flush/OnClose", func(x *T) { testFlushLocal(x, true) }},
-	{"Flush/OnPeerDisconnect", func(x *T) { testFlushByPeer(x, false) }},
-	{"Flush/OnPeerClose", func(x *T) { testFlushByPeer(x, true) }},
+	{"Flush/OnDisconnect", func(x *st) { testFlushLocal(x, false) }},
+	{"Flush/OnClose", func(x *st) { testFlushLocal(x, true) }},
+	{"Flush/OnPeerDisconnect", func(x *st) { testFlushByPeer(x, false) }},
+	{"Flush/OnPeerClose", func(x *st) { testFlushByPeer(x, true) }},
 	{"Flush/PostInError", testPostInError},
 }
 
 // outstanding posts, on a queue pair whose peer has no RECV, three RECVs
 // and four send work requests that wait behind a SEND (RNRWait), and
 // returns the completions a flush must produce for them, RECVs first.
-func outstanding(x *T, q *localQP, pm PeerMR) (recvs, sends []verbs.WC) {
+func outstanding(x *st, q *localQP, pm PeerMR) (recvs, sends []verbs.WC) {
 	buf := x.register(q, 64, mreg.LocalWrite)
 	for i := range 3 {
 		x.postRecv(q, uint64(100+i), buf.sge(16*i, 16))
@@ -55,7 +55,7 @@ func split(wcs []verbs.WC) (recvs, sends []verbs.WC) {
 // testFlushLocal disconnects (or destroys) a queue pair with outstanding
 // work: every work request completes once with StatusFlushed, signaled or
 // not, and the peer moves to Error.
-func testFlushLocal(x *T, destroy bool) {
+func testFlushLocal(x *st, destroy bool) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
 	pm := x.peerRegister(p, 64, rw)
 	wantRecvs, wantSends := outstanding(x, q, pm)
@@ -91,7 +91,7 @@ func testFlushLocal(x *T, destroy bool) {
 
 // testFlushByPeer has the peer disconnect (or destroy its queue pair):
 // the local queue pair moves to Error, records why, and flushes.
-func testFlushByPeer(x *T, destroy bool) {
+func testFlushByPeer(x *st, destroy bool) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
 	pm := x.peerRegister(p, 64, rw)
 	wantRecvs, wantSends := outstanding(x, q, pm)
@@ -119,7 +119,7 @@ func testFlushByPeer(x *T, destroy bool) {
 
 // testPostInError posts after the connection ended: the posts are accepted
 // and complete at once with StatusFlushed.
-func testPostInError(x *T) {
+func testPostInError(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	buf := x.register(q, 16, mreg.LocalWrite)
 	if err := p.Disconnect(); err != nil {

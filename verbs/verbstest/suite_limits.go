@@ -18,7 +18,7 @@ var limitTests = []test{
 }
 
 // wantFull checks that err is ErrQueueFull and EAGAIN.
-func (x *T) wantFull(what string, err error) {
+func (x *st) wantFull(what string, err error) {
 	x.Helper()
 	if !errors.Is(err, verbs.ErrQueueFull) || !errors.Is(err, syscall.EAGAIN) {
 		x.Errorf("%s: %v, want ErrQueueFull (EAGAIN)", what, err)
@@ -26,7 +26,7 @@ func (x *T) wantFull(what string, err error) {
 }
 
 // testSendDepth fills the send queue behind a SEND waiting for a RECV.
-func testSendDepth(x *T) {
+func testSendDepth(x *st) {
 	q, p := x.pair(QPSpec{SendDepth: 4, RNR: verbs.RNRWait}, QPSpec{})
 	src := x.register(q, 8, 0)
 	pm := x.peerRegister(p, 8, mreg.LocalWrite|mreg.RemoteWrite)
@@ -55,7 +55,7 @@ func testSendDepth(x *T) {
 }
 
 // testRecvDepth fills the receive queue.
-func testRecvDepth(x *T) {
+func testRecvDepth(x *st) {
 	q := x.local(QPSpec{RecvDepth: 4})
 	buf := x.register(q, 8, mreg.LocalWrite)
 	for i := range 3 {
@@ -76,7 +76,7 @@ func testRecvDepth(x *T) {
 
 // testCQFull leaves completions unpolled until the completion queue has
 // no room for another: posting fails until it is polled.
-func testCQFull(x *T) {
+func testCQFull(x *st) {
 	q, p := x.pair(QPSpec{SendDepth: 8, CQDepth: 2}, QPSpec{})
 	src := x.register(q, 8, 0)
 	pm := x.peerRegister(p, 8, mreg.LocalWrite|mreg.RemoteWrite)
@@ -91,7 +91,7 @@ func testCQFull(x *T) {
 
 // testInvalidRequests posts malformed work requests: each is refused with
 // ErrInvalid and nothing completes.
-func testInvalidRequests(x *T) {
+func testInvalidRequests(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 64, mreg.LocalWrite)
 	pm := x.peerRegister(p, 64, rw)
@@ -124,7 +124,7 @@ func testInvalidRequests(x *T) {
 
 // testCloseBusy checks that completion queues and protection domains in
 // use refuse to close.
-func testCloseBusy(x *T) {
+func testCloseBusy(x *st) {
 	q := x.local(QPSpec{})
 	if err := q.cq.Close(); !errors.Is(err, verbs.ErrBusy) {
 		x.Errorf("CQ.Close with a queue pair attached: %v, want ErrBusy", err)

@@ -24,20 +24,20 @@ type violation struct {
 	op     verbs.Opcode
 	access mreg.Access // rights of the peer region
 	// key and addr make the forged parameters from the region.
-	key  func(x *T, m PeerMR) mreg.Key
+	key  func(x *st, m PeerMR) mreg.Key
 	addr func(m PeerMR) uint64
 	n    int
 }
 
-func rkey(_ *T, m PeerMR) mreg.Key { return m.RKey() }
-func start(m PeerMR) uint64        { return m.Addr() }
+func rkey(_ *st, m PeerMR) mreg.Key { return m.RKey() }
+func start(m PeerMR) uint64         { return m.Addr() }
 
 const rw = mreg.LocalWrite | mreg.RemoteWrite | mreg.RemoteRead
 
 var violations = []violation{
-	{name: "ForgedKeyTag", op: verbs.OpWrite, access: rw, key: func(_ *T, m PeerMR) mreg.Key { return m.RKey() ^ 0x7fff0000 }, addr: start, n: 8},
-	{name: "ForgedKeySlot", op: verbs.OpWrite, access: rw, key: func(_ *T, m PeerMR) mreg.Key { return m.RKey() ^ 0x3 }, addr: start, n: 8},
-	{name: "ZeroKey", op: verbs.OpWrite, access: rw, key: func(*T, PeerMR) mreg.Key { return 0 }, addr: start, n: 8},
+	{name: "ForgedKeyTag", op: verbs.OpWrite, access: rw, key: func(_ *st, m PeerMR) mreg.Key { return m.RKey() ^ 0x7fff0000 }, addr: start, n: 8},
+	{name: "ForgedKeySlot", op: verbs.OpWrite, access: rw, key: func(_ *st, m PeerMR) mreg.Key { return m.RKey() ^ 0x3 }, addr: start, n: 8},
+	{name: "ZeroKey", op: verbs.OpWrite, access: rw, key: func(*st, PeerMR) mreg.Key { return 0 }, addr: start, n: 8},
 	{name: "StaleKey", op: verbs.OpWrite, access: rw, key: staleKey, addr: start, n: 8},
 	{name: "StaleKeyRead", op: verbs.OpRead, access: rw, key: staleKey, addr: start, n: 8},
 	{name: "AddrWraps", op: verbs.OpWrite, access: rw, key: rkey, addr: func(PeerMR) uint64 { return math.MaxUint64 - 3 }, n: 8},
@@ -49,29 +49,29 @@ var violations = []violation{
 	{name: "NoRemoteWrite", op: verbs.OpWrite, access: mreg.LocalWrite | mreg.RemoteRead, key: rkey, addr: start, n: 8},
 	{name: "NoRemoteWriteImm", op: verbs.OpWriteWithImm, access: mreg.LocalWrite | mreg.RemoteRead, key: rkey, addr: start, n: 8},
 	{name: "NoRemoteRead", op: verbs.OpRead, access: mreg.LocalWrite | mreg.RemoteWrite, key: rkey, addr: start, n: 8},
-	{name: "LKeyAsRKey", op: verbs.OpWrite, access: rw, key: func(_ *T, m PeerMR) mreg.Key { return m.LKey() }, addr: start, n: 8},
-	{name: "LKeyAsRKeyRead", op: verbs.OpRead, access: rw, key: func(_ *T, m PeerMR) mreg.Key { return m.LKey() }, addr: start, n: 8},
-	{name: "ForgedKeyWriteImm", op: verbs.OpWriteWithImm, access: rw, key: func(_ *T, m PeerMR) mreg.Key { return m.RKey() + 1<<20 }, addr: start, n: 8},
+	{name: "LKeyAsRKey", op: verbs.OpWrite, access: rw, key: func(_ *st, m PeerMR) mreg.Key { return m.LKey() }, addr: start, n: 8},
+	{name: "LKeyAsRKeyRead", op: verbs.OpRead, access: rw, key: func(_ *st, m PeerMR) mreg.Key { return m.LKey() }, addr: start, n: 8},
+	{name: "ForgedKeyWriteImm", op: verbs.OpWriteWithImm, access: rw, key: func(_ *st, m PeerMR) mreg.Key { return m.RKey() + 1<<20 }, addr: start, n: 8},
 }
 
 // staleKey is the region's rkey; the test deregisters the region before
 // using it.
-func staleKey(x *T, m PeerMR) mreg.Key { return m.RKey() }
+func staleKey(x *st, m PeerMR) mreg.Key { return m.RKey() }
 
 // testRemoteViolations posts each violation, followed by a valid WRITE,
 // on a fresh connection: the violation completes with
 // StatusRemoteAccessError, the WRITE is flushed, both ends are in Error,
 // and neither the peer's memory nor the local sink of a READ is touched.
-func testRemoteViolations(x *T) {
+func testRemoteViolations(x *st) {
 	for _, v := range violations {
 		x.Run(v.name, func(t0 *testing.T) {
-			y := &T{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+			y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
 			remoteViolation(y, v)
 		})
 	}
 }
 
-func remoteViolation(x *T, v violation) {
+func remoteViolation(x *st, v violation) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 64, mreg.LocalWrite)
 	copy(src.region(), pattern(30, 64))
@@ -119,7 +119,7 @@ func remoteViolation(x *T, v violation) {
 
 // testIncomingViolation has the peer write with a forged key into the
 // local side: the local queue pair fails and its memory is untouched.
-func testIncomingViolation(x *T) {
+func testIncomingViolation(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	target := x.register(q, 64, rw)
 	recvBuf := x.register(q, 16, mreg.LocalWrite)
@@ -146,7 +146,7 @@ func testIncomingViolation(x *T) {
 
 // testLocalViolations posts work requests whose own scatter/gather list is
 // bad: each completes with StatusLocalProtectionError and both ends fail.
-func testLocalViolations(x *T) {
+func testLocalViolations(x *st) {
 	cases := []struct {
 		name string
 		wr   func(src, ro *localMR, pm PeerMR) verbs.SendWR
@@ -170,7 +170,7 @@ func testLocalViolations(x *T) {
 	}
 	for _, c := range cases {
 		x.Run(c.name, func(t0 *testing.T) {
-			y := &T{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+			y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
 			q, p := y.pair(QPSpec{}, QPSpec{})
 			src := y.register(q, 64, mreg.LocalWrite)
 			ro := y.register(q, 64, 0)
@@ -191,7 +191,7 @@ func testLocalViolations(x *T) {
 }
 
 // testSendTooLong sends 16 bytes into an 8-byte RECV.
-func testSendTooLong(x *T) {
+func testSendTooLong(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 16, 0)
 	copy(src.region(), pattern(32, 16))
@@ -211,7 +211,7 @@ func testSendTooLong(x *T) {
 
 // testRecvBadKey consumes a peer RECV whose scatter list has a forged
 // lkey.
-func testRecvBadKey(x *T) {
+func testRecvBadKey(x *st) {
 	q, p := x.pair(QPSpec{}, QPSpec{})
 	src := x.register(q, 16, 0)
 	pm := x.peerRegister(p, 16, mreg.LocalWrite)
@@ -226,7 +226,7 @@ func testRecvBadKey(x *T) {
 
 // testDeregisterBusy checks that memory used by outstanding work cannot be
 // deregistered, and that completed work leaves no reference behind.
-func testDeregisterBusy(x *T) {
+func testDeregisterBusy(x *st) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
 	src := x.register(q, 16, 0)
 	target := x.peerRegister(p, 16, rw)
