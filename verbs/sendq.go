@@ -51,9 +51,10 @@ type sendQueue struct {
 	next uint64 // next to hand to the provider
 	tail uint64 // next free
 
-	stalled bool        // the work request at next waits for a peer RECV (RNRWait)
-	unstall atomic.Bool // set by Endpoint.Retry
-	req     atomic.Int32
+	stalled  bool        // the work request at next waits for a peer RECV (RNRWait)
+	flushing bool        // a flush has flushed a work request still in the queue
+	unstall  atomic.Bool // set by Endpoint.Retry
+	req      atomic.Int32
 }
 
 func (sq *sendQueue) init(qp *QP, depth, maxSGE int) {
@@ -86,8 +87,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 		return err
 	}
 	qp.appendSendLocked(&wr)
-	sq.mu.Unlock()
-	qp.kickSend()
+	qp.kickSendLocked()
 	return nil
 }
 
@@ -148,10 +148,11 @@ func (qp *QP) postSends(wrs []SendWR) (int, error) {
 			n++
 		}
 	}
-	sq.mu.Unlock()
-	if n > 0 {
-		qp.kickSend()
+	if n == 0 {
+		sq.mu.Unlock()
+		return 0, err
 	}
+	qp.kickSendLocked()
 	return n, err
 }
 
@@ -205,10 +206,27 @@ func (qp *QP) appendSendLocked(wr *SendWR) {
 
 // kickSend runs the send queue, or leaves it to the goroutine running it.
 func (qp *QP) kickSend() {
-	sq := &qp.sq
-	if sq.req.Add(1) != 1 {
+	if qp.sq.req.Add(1) != 1 {
 		return
 	}
+	qp.sq.mu.Lock()
+	qp.runSendLoop()
+}
+
+// kickSendLocked is kickSend called with sq.mu held, which it releases: a
+// poster that becomes the runner keeps the lock for its first round.
+func (qp *QP) kickSendLocked() {
+	if qp.sq.req.Add(1) != 1 {
+		qp.sq.mu.Unlock()
+		return
+	}
+	qp.runSendLoop()
+}
+
+// runSendLoop runs the send queue, starting with sq.mu held, until no
+// request to run it is left.
+func (qp *QP) runSendLoop() {
+	sq := &qp.sq
 	for {
 		qp.runSend()
 		if sq.req.Add(-1) == 0 {
@@ -217,23 +235,24 @@ func (qp *QP) kickSend() {
 		// More requests came while running: they are covered by one more
 		// run.
 		sq.req.Store(1)
+		sq.mu.Lock()
 	}
 }
 
 // runSend completes finished work requests in order, hands queued ones to
 // the provider while the queue pair is connected, and flushes everything
-// once it is in Error. Only one goroutine runs it at a time (kickSend).
+// once it is in Error. Only one goroutine runs it at a time (kickSend). It
+// is called with sq.mu held and releases it.
 func (qp *QP) runSend() {
 	sq := &qp.sq
 	unres := 0
-	sq.mu.Lock()
 	for {
 		for sq.head != sq.next {
 			w := sq.at(sq.head)
 			if w.phase != phaseDone {
 				break
 			}
-			unres += qp.completeSend(w)
+			qp.completeSend(w, &unres)
 			sq.head++
 		}
 		st := qp.State()
@@ -271,15 +290,16 @@ func (qp *QP) runSend() {
 			sq.mu.Lock()
 		}
 	}
-	sq.mu.Unlock()
 	qp.cfg.SendCQ.unreserve(unres)
+	sq.mu.Unlock()
 }
 
 // flushSendLocked completes every work request still in the queue with
-// StatusFlushed (or its known outcome), in order. A work request a
-// provider still holds is flushed only once its connection has been
-// terminated, so that the provider no longer touches its memory; the run
-// that terminates it comes after.
+// StatusFlushed, in order; a work request whose outcome is known keeps it,
+// unless an earlier one was flushed (after a flushed completion only
+// flushed ones follow). A work request a provider still holds is flushed
+// only once its connection has been terminated, so that the provider no
+// longer touches its memory; the run that terminates it comes after.
 func (qp *QP) flushSendLocked(unres *int) {
 	sq := &qp.sq
 	for sq.head != sq.tail {
@@ -289,12 +309,14 @@ func (qp *QP) flushSendLocked(unres *int) {
 				return
 			}
 		}
-		if w.phase != phaseDone {
+		if w.phase != phaseDone || sq.flushing {
 			w.status = StatusFlushed
+			sq.flushing = true
 		}
-		*unres += qp.completeSend(w)
+		qp.completeSend(w, unres)
 		sq.head++
 	}
+	sq.flushing = false
 	sq.next = sq.tail
 	sq.stalled = false
 }
@@ -391,9 +413,11 @@ func statusOf(err error) Status {
 }
 
 // completeSend releases a finished work request's memory and posts its
-// completion if it has one. It returns 1 if the completion slot reserved
-// for it is not used.
-func (qp *QP) completeSend(w *sendWQE) int {
+// completion if it has one. A successful unsignaled work request adds its
+// completion slot to *unres, which is given back to the CQ before any
+// later completion is posted: whoever polls a completion finds the slots
+// of the unsignaled work requests before it free.
+func (qp *QP) completeSend(w *sendWQE, unres *int) {
 	if w.looked {
 		for i := range w.sgl {
 			w.refs[i].Release()
@@ -404,12 +428,16 @@ func (qp *QP) completeSend(w *sendWQE) int {
 	w.ep = nil
 	w.m.Payload, w.m.Sink = nil, nil
 	if w.status == StatusSuccess && !w.signaled {
-		return 1
+		*unres++
+		return
+	}
+	if *unres > 0 {
+		qp.cfg.SendCQ.unreserve(*unres)
+		*unres = 0
 	}
 	wc := WC{WRID: w.wrID, Status: w.status, Opcode: w.op.WCOpcode(), QPNum: qp.num}
 	if w.status == StatusSuccess && w.op == OpRead {
 		wc.ByteLen = uint32(w.m.Len)
 	}
 	qp.cfg.SendCQ.push(wc)
-	return 0
 }

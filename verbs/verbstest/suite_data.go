@@ -215,10 +215,12 @@ func orderingRounds(x *st, rng *rand.Rand) {
 			n := 1 + rng.IntN(slotSize)
 			data := pattern(r*100+i, n)
 			off := slot * slotSize
-			copy(src.region()[off:], data)
+			// The source of each WRITE of a round is its own: memory of
+			// an outstanding work request must not be touched.
+			copy(src.region()[i*slotSize:], data)
 			copy(image[off:], data)
 			wrid++
-			wr := verbs.SendWR{WRID: wrid, Opcode: verbs.OpWrite, SGL: []verbs.SGE{src.sge(off, n)},
+			wr := verbs.SendWR{WRID: wrid, Opcode: verbs.OpWrite, SGL: []verbs.SGE{src.sge(i*slotSize, n)},
 				RKey: target.RKey(), RemoteAddr: target.Addr() + uint64(off)}
 			if rng.IntN(2) == 0 {
 				wr.Flags = verbs.Signaled
