@@ -22,9 +22,10 @@
 //		})
 //	}
 //
-// Every test runs under a deadline (Timeout): blocking calls get a context
-// that ends then, and a watchdog panics with every goroutine's stack if a
-// test is still running well after it, so that a hang becomes a failure.
+// Every test, and every subtest of a table, runs under a deadline
+// (Timeout): blocking calls get a context that ends then, and a watchdog
+// panics with every goroutine's stack if a test is still running well
+// after it, so that a hang becomes a failure.
 // Every test checks for leaked goroutines with goleak once the Env's
 // cleanups (registered with t.Cleanup by the Env's maker) have run.
 package verbstest

@@ -62,6 +62,7 @@ type st struct {
 	ctx context.Context
 	env Env
 	dev *verbs.Device
+	wd  *time.Timer // the watchdog
 }
 
 func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st)) {
@@ -89,7 +90,20 @@ func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st)) {
 		t.Fatalf("verbs.Open: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	fn(&st{T: t, ctx: ctx, env: env, dev: dev})
+	fn(&st{T: t, ctx: ctx, env: env, dev: dev, wd: wd})
+}
+
+// run runs fn as a subtest with a deadline of its own, Timeout from now,
+// and re-arms the watchdog to match: table tests may take longer in total
+// than one deadline.
+func (x *st) run(name string, fn func(y *st)) {
+	x.Helper()
+	x.Run(name, func(t *testing.T) {
+		x.wd.Reset(Timeout + WatchdogGrace)
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		fn(&st{T: t, ctx: ctx, env: x.env, dev: x.dev, wd: x.wd})
+	})
 }
 
 // local creates a local queue pair.

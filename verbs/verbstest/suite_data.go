@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"testing"
 	"time"
 
 	"github.com/exsgo/exs/mreg"
@@ -189,8 +188,7 @@ func testUnsignaled(x *st) {
 // round has been placed.
 func testOrdering(x *st) {
 	seed := time.Now().UnixNano()
-	x.Run(fmt.Sprintf("seed=%d", seed), func(t0 *testing.T) {
-		y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+	x.run(fmt.Sprintf("seed=%d", seed), func(y *st) {
 		orderingRounds(y, rand.New(rand.NewPCG(uint64(seed), 1)))
 	})
 }

@@ -3,7 +3,6 @@ package verbstest
 import (
 	"errors"
 	"math"
-	"testing"
 
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
@@ -64,8 +63,7 @@ func staleKey(x *st, m PeerMR) mreg.Key { return m.RKey() }
 // and neither the peer's memory nor the local sink of a READ is touched.
 func testRemoteViolations(x *st) {
 	for _, v := range violations {
-		x.Run(v.name, func(t0 *testing.T) {
-			y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+		x.run(v.name, func(y *st) {
 			remoteViolation(y, v)
 		})
 	}
@@ -169,8 +167,7 @@ func testLocalViolations(x *st) {
 		}},
 	}
 	for _, c := range cases {
-		x.Run(c.name, func(t0 *testing.T) {
-			y := &st{T: t0, ctx: x.ctx, env: x.env, dev: x.dev}
+		x.run(c.name, func(y *st) {
 			q, p := y.pair(QPSpec{}, QPSpec{})
 			src := y.register(q, 64, mreg.LocalWrite)
 			ro := y.register(q, 64, 0)
