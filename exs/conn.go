@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -205,7 +206,7 @@ func (s *Socket) connectLoop(idx int32) {
 		s.log.Debug("connect failed", zap.String("addr", s.addr), zap.Error(err))
 		s.complete(idx, 0, err, nil)
 		s.flushDone()
-		s.finish(err)
+		s.finish(err, 1)
 		return
 	}
 	s.mu.Lock()
@@ -249,7 +250,7 @@ func (s *Socket) dial(c *conn) error {
 				return mismatchError(h.reason, &c.local, &h)
 			}
 		}
-		return err
+		return trimPrefix(err, "exs: connect "+s.addr+": ")
 	}
 	peer, err := decodeHello(reply)
 	if err == nil {
@@ -262,6 +263,24 @@ func (s *Socket) dial(c *conn) error {
 	}
 	return c.start(&peer)
 }
+
+// trimPrefix returns err with prefix cut from its message (the context the
+// caller's *OpError adds again), still unwrapping to err.
+func trimPrefix(err error, prefix string) error {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, prefix) {
+		return err
+	}
+	return &trimmedError{msg: "exs: " + strings.TrimPrefix(msg[len(prefix):], "exs: "), err: err}
+}
+
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
 
 // loop is the progress engine of a connected socket: it hands posted
 // operations to the engine, carries out the engine's actions over the
@@ -294,9 +313,11 @@ func (c *conn) loop() {
 			c.exec()
 		}
 		c.checkShutdowns()
-		s.flushDone()
-		if busy {
+		if busy || len(s.done) > 0 {
+			// Before the events: a Stats call after an event counts its
+			// operation.
 			s.publish(c.eng.Stats())
+			s.flushDone()
 			continue
 		}
 		c.idle()
@@ -616,10 +637,10 @@ func (c *conn) close() {
 		c.deadErr = errClosedCanceled
 	}
 	c.failShutdowns()
-	c.s.flushDone()
 	c.s.publish(c.eng.Stats())
+	c.s.flushDone()
 	c.destroy()
-	c.s.finish(errClosedCanceled)
+	c.s.finish(errClosedCanceled, 0)
 }
 
 // idle waits for work: a posted operation, a close, a completion. In

@@ -66,8 +66,8 @@ func (h *hello) encode() []byte {
 // zero fields, known reason); a version it does not know is returned for the
 // caller to report, and the other fields are then not checked. For the
 // current version it also checks that mode and type are known, that there
-// is at least one frame buffer, and that only direct-only mode goes without
-// a stream buffer.
+// is at least one frame buffer, and (but in a rejection, which describes no
+// connection) that only direct-only mode goes without a stream buffer.
 func decodeHello(b []byte) (hello, error) {
 	var h hello
 	if len(b) != helloSize || string(b[:4]) != helloMagic {
@@ -97,7 +97,7 @@ func decodeHello(b []byte) (hello, error) {
 		return h, fmt.Errorf("%w: %d frame buffers", errHello, h.frames)
 	case h.ringSize > MaxStreamBuffer:
 		return h, fmt.Errorf("%w: stream buffer of %d bytes", errHello, h.ringSize)
-	case (h.ringSize == 0) != (h.mode == ModeDirectOnly):
+	case h.reason == rejectNone && (h.ringSize == 0) != (h.mode == ModeDirectOnly):
 		return h, fmt.Errorf("%w: stream buffer of %d bytes in %v mode", errHello, h.ringSize, h.mode)
 	}
 	return h, nil

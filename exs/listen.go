@@ -85,7 +85,7 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 		s.complete(a, 0, err, nil)
 	}
 	s.flushDone()
-	s.finish(err)
+	s.finish(err, 0)
 }
 
 // acceptConn checks a connection request, and if it matches the listening

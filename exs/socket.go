@@ -695,9 +695,10 @@ func (s *Socket) publish(ps dynproto.Stats) {
 }
 
 // finish ends the goroutine serving the socket: operations still queued
-// complete with err (a cancel with the count of operations canceled), and
-// if the socket is being closed its close event is posted last.
-func (s *Socket) finish(err error) {
+// complete with err (a cancel with the count of operations canceled, from
+// canceled on), and if the socket is being closed its close event is
+// posted last.
+func (s *Socket) finish(err error, canceled int) {
 	s.mu.Lock()
 	s.running = false
 	cmds := s.cmds
@@ -709,7 +710,6 @@ func (s *Socket) finish(err error) {
 		s.state = sockFailed
 	}
 	s.mu.Unlock()
-	canceled := 0
 	for _, idx := range cmds {
 		if s.ops[idx].kind == opCancel {
 			s.complete(idx, canceled, nil, nil)
