@@ -290,7 +290,9 @@ func (e *trimmedError) Unwrap() error { return e.err }
 func (c *conn) loop() {
 	s := c.s
 	for {
-		busy := false
+		// Completions first: ADVERTs that arrived can then take the
+		// sends posted meanwhile.
+		busy := c.poll()
 		if s.ncmd.Load() != 0 {
 			var closing bool
 			c.cmds, closing = s.takeCommands(c.cmds)
@@ -303,9 +305,6 @@ func (c *conn) loop() {
 				busy = true
 				c.apply()
 			}
-		}
-		if c.poll() {
-			busy = true
 		}
 		if !c.failed && c.eng.CanCopy() {
 			busy = true

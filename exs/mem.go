@@ -172,29 +172,22 @@ func (h *MHandle) deregister() error {
 	return nil
 }
 
-// acquire takes a reference for an operation.
+// acquire takes a reference for an operation. It adds first and backs out
+// if the handle turns out closed: a deregister that closes the handle
+// succeeds only while the count is zero, so it either saw this reference
+// (and refused) or closed before it (and the reference backs out).
 func (h *MHandle) acquire() error {
-	for {
-		old := h.state.Load()
-		if old&handleClosed != 0 {
-			return fmt.Errorf("%w: memory handle: %w", ErrInvalid, mreg.ErrDeregistered)
-		}
-		if h.state.CompareAndSwap(old, old+handleRef) {
-			return nil
-		}
+	if h.state.Add(handleRef)&handleClosed != 0 {
+		h.release()
+		return fmt.Errorf("%w: memory handle: %w", ErrInvalid, mreg.ErrDeregistered)
 	}
+	return nil
 }
 
 // release drops a reference taken by acquire.
 func (h *MHandle) release() {
-	for {
-		old := h.state.Load()
-		if old < handleRef {
-			panic("exs: MHandle released more often than acquired")
-		}
-		if h.state.CompareAndSwap(old, old-handleRef) {
-			return
-		}
+	if h.state.Add(^uint64(handleRef-1)) >= 1<<63 {
+		panic("exs: MHandle released more often than acquired")
 	}
 }
 

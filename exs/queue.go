@@ -166,14 +166,11 @@ func (q *Queue) delete(force bool) error {
 
 // reserve takes room for one operation's event.
 func (q *Queue) reserve() error {
-	for {
-		v := q.state.Load()
-		if v&queueDeleted != 0 {
-			return ErrClosed
-		}
-		if q.state.CompareAndSwap(v, v+1) {
-			break
-		}
+	// Add first and back out if deleted: Qdelete deletes only while the
+	// count is zero, so it either saw this operation or came first.
+	if q.state.Add(1)&queueDeleted != 0 {
+		q.state.Add(-1)
+		return ErrClosed
 	}
 	if err := q.eq.Reserve(1); err != nil {
 		q.state.Add(-1)

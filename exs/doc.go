@@ -1,0 +1,159 @@
+// Package exs is the Extended Sockets API (ES-API, as implemented in C by
+// UNH EXS) for Go: register memory once, post asynchronous accept, connect,
+// send and recv operations on sockets, and collect their completions from
+// event queues. Underneath, a protocol engine (package dynproto) moves the
+// bytes of each connection either directly into a recv buffer the receiver
+// advertised (one RDMA WRITE, no intermediate copy) or indirectly through a
+// stream buffer at the receiver, choosing per transfer; package verbs
+// carries the transfers over a provider, such as the in-process one.
+//
+// # A first program
+//
+// Everything lives in a Stack: its event queues, memory handles and
+// sockets, and the goroutines that serve them.
+//
+//	st, _ := exs.NewStack()
+//	defer st.Close()
+//	q, _ := st.Qcreate(64)
+//
+//	ln, _ := st.Socket(exs.SockStream)
+//	ln.Bind("inproc:echo")
+//	ln.Listen()
+//	ln.Accept(q, "accept")            // completes with an EventAccept
+//
+//	c, _ := st.Socket(exs.SockStream)
+//	c.Connect(q, "inproc:echo", "connect")
+//	c.Send(q, []byte("hello"), nil, 0, "send")
+//
+//	var evs [8]exs.Event
+//	n, err := q.Dequeue(evs[:], 1, time.Second)
+//
+// The examples show a complete echo server and client, and a zero-copy
+// send from registered memory.
+//
+// # Operations and events
+//
+// Accept, Connect, Send, Recv, Shutdown, Close and Cancel are asynchronous:
+// each returns at once, and each one it accepts (the call returns nil)
+// posts exactly one Event, to the Queue named in the call, when it
+// completes. The Event says which operation (Type), on which Socket, with
+// the caller's User value, how many bytes (N), the new socket of an accept
+// (Accepted), and the error (Err: nil, or an *OpError whose cause keeps its
+// errno, such as ECONNRESET, ECANCELED, EPIPE or EMSGSIZE, testable with
+// errors.Is). A call that returns an error posted nothing and will post
+// nothing.
+//
+// Posting never blocks. Each operation reserves room for its event in its
+// queue when it is posted, so events are never dropped: a post that finds
+// the queue without room (events queued plus events promised), or the
+// socket at its limit of outstanding operations (WithOutstanding), fails
+// with an error matching ErrWouldBlock and syscall.EAGAIN. Dequeue events,
+// then post again: an operation's slot is free before its event can be
+// dequeued.
+//
+// Sends complete in the order they were posted, and so do recvs. A stream
+// recv completes with 1 to len(buf) bytes, exactly len(buf) with
+// MsgWaitAll, and 0 bytes at the end of the stream (after the peer's
+// Shutdown and every byte before it). A seqpacket send is one message that
+// fills one recv; a message longer than its recv fails both with EMSGSIZE.
+//
+// Sends and recvs may be posted as soon as Connect has been posted: they
+// start when the connection is up, and fail with the connect's error if it
+// fails.
+//
+// # Memory
+//
+// A buffer passed to Send or Recv belongs to the library until the
+// operation's event is posted: do not read or write it before dequeuing the
+// event.
+//
+// Register long-lived buffers once with Stack.Mregister and pass the
+// handle with each operation on a part of the buffer: operations then cost
+// no registration. A handle stays registered until Stack.Mderegister, which
+// fails with ErrBusy while operations that name it are outstanding. A nil
+// handle is allowed: the library then registers the buffer for that one
+// operation and deregisters it when the operation completes, at the cost of
+// a registration (a lock, an allocation and key derivation: a few
+// microseconds) per operation. Memory from mreg.Alloc is page-aligned and
+// outside the Go heap, which suits large registered buffers.
+//
+// A handle with AccessWrite is registered for remote write, so that the
+// peer can place the bytes of a recv directly into it (that is the direct
+// transfer). Its remote key reaches the peer only in the ADVERT of a recv
+// posted on it, and the protocol lets the peer write only into the recv it
+// advertised; but a hostile peer that kept the key could write into the
+// handle's memory for as long as it stays registered. Deregister handles
+// that hold data a peer must not change once they have served their recvs.
+//
+// # Sockets and connections
+//
+// A socket is SockStream (a byte stream) or SockSeqPacket (messages).
+// Bind and Listen make a listening socket; each Accept completes with a new
+// connected socket that inherits the listening socket's options. Connect
+// sets up a connection to a listening socket in the background.
+// Addresses are "scheme:name": the scheme picks the provider ("inproc" by
+// default, the in-process provider shared by every stack of the process;
+// WithProvider adds others); an address without a scheme is an "inproc"
+// one.
+//
+// At connection set-up the two ends exchange their protocol parameters in
+// the connection's private data: version, protocol mode, socket type,
+// stream buffer (key, address, size) and number of frame buffers. A
+// listening socket refuses a request whose version, mode or type differs
+// from its own; the connect then fails with an error matching ErrMismatch
+// (and ECONNREFUSED) that names both values, and the accept stays posted.
+//
+// The protocol mode (WithMode) is ModeDynamic (the default: direct when the
+// receiver has advertised a recv, else through the stream buffer),
+// ModeDirectOnly or ModeIndirectOnly. Socket.Stats reports, at any time,
+// what the engine did: bytes and transfers direct and indirect, ADVERTs,
+// phase switches, stalls.
+//
+// # Ending a connection
+//
+// Shutdown ends the sending direction in order: earlier sends complete,
+// then the peer's recvs see the end of the stream. Close cancels what is
+// still outstanding (ECANCELED, also matching ErrClosed), releases the
+// socket and posts EventClose last. If the connection had not ended in
+// order (both ends shut down and every byte received), Close resets it: the
+// peer's outstanding and later operations fail with ECONNRESET. Cancel
+// completes every outstanding operation with ECANCELED; on a connection
+// that resets it too, since a stream cannot skip bytes. Neither Close nor
+// Cancel ever waits for the peer.
+//
+// # Queues
+//
+// Stack.Qcreate makes a queue of a given depth. Dequeue takes at least min
+// events with a timeout, DequeueContext with a context, TryDequeue without
+// waiting. WithWaitMode chooses how a waiting Dequeue waits: spin then
+// block (WaitAdaptive, the default), spin only (WaitBusyPoll) or block
+// (WaitNotify). Stack.Qdelete refuses with ErrBusy while operations that
+// will post to the queue are outstanding, so that no event is lost; events
+// already queued stay dequeuable after the delete, then Dequeue returns
+// ErrClosed.
+//
+// # Goroutines
+//
+// A stack runs one goroutine per listening socket and one per connected
+// (or connecting) socket: the progress engine, which hands posted
+// operations to the protocol engine, carries out its transfers, takes the
+// provider's completions and posts events. It allocates nothing per
+// message, and sleeps when it has nothing to do (after spinning briefly
+// in WaitAdaptive mode); posting an operation wakes it with a channel send
+// only if it sleeps. Each goroutine ends when its socket is closed;
+// Stack.Close closes every socket and waits for every goroutine.
+//
+// # Errors
+//
+// Calls return, and events carry, an *OpError (like net.OpError) whose
+// cause wraps one of the package's sentinels or an errno: test with
+// errors.Is, never by comparing strings. Every error caused by something
+// being closed matches ErrClosed, which is the same value as
+// eventq.ErrClosed and verbs.ErrClosed.
+//
+// # Logging
+//
+// WithLogger takes a *zap.Logger (zap.NewNop() by default); the package
+// logs connection events only, never per operation, and never to a global
+// logger.
+package exs
