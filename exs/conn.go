@@ -31,6 +31,20 @@ const (
 	wridMask         = 1<<24 - 1
 )
 
+// testSendDepth, when non-zero, replaces the send queue depth (tests of
+// the backlog of actions waiting for room).
+var testSendDepth int
+
+// sendDepthFor returns the depth of the send queue of a connection with
+// the given number of frame buffers: room for a write and a frame per
+// frame credit, twice over.
+func sendDepthFor(frames int) int {
+	if testSendDepth > 0 {
+		return testSendDepth
+	}
+	return max(4*(frames+1), 64)
+}
+
 // wcBatch is how many completions one poll takes.
 const wcBatch = 64
 
@@ -96,7 +110,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 			c = nil
 		}
 	}()
-	c.sendDepth = max(4*(cfg.frames+1), 64)
+	c.sendDepth = sendDepthFor(cfg.frames)
 	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, eventq.Options{Mode: eventq.Notify}); err != nil {
 		return
 	}

@@ -390,3 +390,24 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 	}
 	return freeSlots(p.st, slots)
 }
+
+// TestStreamTinySendQueue runs the integrity test with send queues of 2 and
+// 3 work requests, so that the engine's actions often wait for room.
+func TestStreamTinySendQueue(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	for _, depth := range []int{2, 3} {
+		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
+			for _, typ := range []exs.SockType{exs.SockStream, exs.SockSeqPacket} {
+				s := seed
+				seed++
+				t.Run(fmt.Sprintf("depth=%d/%v/%v/seed=%d", depth, mode, typ, s), func(t *testing.T) {
+					restore := exs.SetSendDepth(depth)
+					defer restore()
+					r := rand.New(rand.NewPCG(s, s>>1|1))
+					plan := newPlan(r, typ, false, 1<<20)
+					runStream(t, r, typ, plan, exs.WithMode(mode), exs.WithOutstanding(8, 8), exs.WithStreamBuffer(16<<10))
+				})
+			}
+		}
+	}
+}
