@@ -50,14 +50,15 @@ type Result struct {
 	DirectAgain [2]bool
 	Elapsed     time.Duration
 	// Violation is the first property violation found, with a shortest
-	// trace leading to it; nil if every reachable state satisfies every
-	// property.
+	// trace leading to it (see Violation); nil if every reachable state and
+	// step satisfies every property and the state graph has no cycle.
 	Violation *Violation
 }
 
 // Violation is a property violation together with a shortest sequence of
-// moves from the initial state that exhibits it. Replay(v.Spec, v.Moves, ...)
-// reproduces it. It is a plain value, safe to read concurrently.
+// moves from the initial state that exhibits it (for a livelock: moves that
+// lead to a cycle and go round it once). Replay(v.Spec, v.Moves, ...)
+// replays it. It is a plain value, safe to read concurrently.
 type Violation struct {
 	Spec  Spec
 	Moves []sim.Move

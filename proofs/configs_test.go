@@ -65,6 +65,8 @@ var deepConfigs = []config{
 	{"deep-dyn-stream-gather1-ack1-4x4", "mode=dynamic type=stream ring=3 frames=2 ack=1 gather=1 a.sends=2,1,2,1 a.shutdown b.recvs=1,2,1,2 b.drain=2"},
 	{"deep-direct-stream-5x5", "mode=direct-only type=stream ring=0 frames=2 a.sends=3,1,2,3,1 a.shutdown b.recvs=2,3,1,3,2 b.drain=3"},
 	{"deep-indirect-stream-5x5", "mode=indirect-only type=stream ring=3 frames=2 a.sends=3,1,2,3,1 a.shutdown b.recvs=2,3,1,3,2 b.drain=3"},
+	{"deep-dyn-seqpacket-5x5", "mode=dynamic type=seqpacket ring=2 frames=2 a.sends=1,2,1,2,1 a.shutdown b.recvs=2,1,2,1,2 b.drain=3"},
+	{"deep-dyn-stream-waitall-5x5", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1,2,1 a.shutdown b.recvs=1w,2w,1,2w,1 b.drain=3"},
 	{"deep-dyn-stream-twoway-2x2", "mode=dynamic type=stream ring=1 frames=2 a.sends=1,1 a.recvs=1 a.drain=1 b.sends=1,1 b.recvs=1 b.drain=1"},
 	{"deep-dyn-stream-twoway-shutdown", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,1 a.shutdown a.drain=1 b.sends=1 b.recvs=1,1 b.drain=1"},
 	{"deep-dyn-stream-4x4-ring3-frames3", "mode=dynamic type=stream ring=3 frames=3 a.sends=3,1,2,3 a.shutdown b.recvs=1,3,2,3 b.drain=3"},

@@ -282,6 +282,9 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	runtime.LockOSThread()
 	bufs := makeBufs(np.p.Sends, np.p.Size)
 	var m [2]mark
+	// The client's interval starts at its own warm-up edge and ends when
+	// the server's reply arrives; its CPU time is scaled to the server's
+	// interval, which is about as long.
 	win := window{warmup: warmup, d: d}
 	var msgs int64
 	start := time.Now()
@@ -296,10 +299,11 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 			break
 		}
 		msgs++
-		if e := win.check(time.Since(start)); e != edgeNone {
-			m[e-1] = takeMark(0, msgs)
+		if win.phase == 0 && win.check(time.Since(start)) == edgeStart {
+			m[0] = takeMark(0, msgs)
 		}
 	}
+	m[1] = takeMark(0, msgs)
 	runtime.UnlockOSThread()
 	np.c.CloseWrite()
 	wg.Wait()
@@ -315,12 +319,11 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	io.Copy(io.Discard, np.c)
 	r := result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
 		Note: "congestion control " + rep.CC}
-	if win.phase == 2 {
-		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * rep.Elapsed.Seconds() / m[1].at.Sub(m[0].at).Seconds())
-		r.CPUSend = cpuDelta(m[0].proc, m[1].proc)
-		// Scale the sender's CPU to the server's interval.
-		if r.CPUSend >= 0 {
-			r.CPUSend = time.Duration(float64(r.CPUSend) * rep.Elapsed.Seconds() / m[1].at.Sub(m[0].at).Seconds())
+	if span := m[1].at.Sub(m[0].at); win.phase == 1 && span > 0 {
+		scale := rep.Elapsed.Seconds() / span.Seconds()
+		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * scale)
+		if c := cpuDelta(m[0].proc, m[1].proc); c >= 0 {
+			r.CPUSend = time.Duration(float64(c) * scale)
 		}
 	}
 	if r.CPUSend >= 0 && r.CPURecv >= 0 {
