@@ -1,6 +1,8 @@
 package dynproto_test
 
 import (
+	"errors"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -25,6 +27,8 @@ import (
 //	| S no byte credits             | send                           | nothing (stall)                                 |
 //	| S stalled                     | ACK                            | the waiting bytes go                            |
 //	| S direct-only, no ADVERT      | send                           | nothing (wait)                                  |
+//	| S direct-only, send waiting   | ADVERT                         | P_S = P_A, write directly, DIRECT               |
+//	| S write outstanding           | write done                     | send done with its length                       |
 //	| S WAITALL ADVERT part filled  | send                           | rest written at the next offset, same ADVERT    |
 //	| S message > ADVERT            | send                           | DIRECT toolong, send fails EMSGSIZE             |
 //	| S several small sends queued  | pump                           | one INDIRECT frame for all (coalescing)         |
@@ -41,6 +45,9 @@ import (
 //	| R data buffered, advertised   | copy                           | copy, recv done, S'_r += l_c-1, ACK             |
 //	| R data buffered, unadvertised | copy                           | copy, recv done, S'_r += l_c, ACK               |
 //	| R held recv, then caught up   | copy                           | the held recv is advertised                     |
+//	| R freed < ACK threshold       | copy                           | copy, recv done, no ACK                         |
+//	| R freed reaches the threshold | copy                           | copy, recv done, one ACK for all freed bytes    |
+//	| R ADVERTs stale (k_a > 0)     | DIRECT into a stale ADVERT     | refused: ErrProtocol (EPROTO)                   |
 //	| R recvs pending               | FIN                            | every recv done with 0 (end of stream)          |
 //	| R frames owed >= half         | frames arrive                  | CREDIT                                          |
 func TestTransitions(t *testing.T) {
@@ -180,6 +187,36 @@ func TestTransitions(t *testing.T) {
 			cfg:  func(c *dynproto.Config) { c.Mode = dynproto.DirectOnly },
 			do:   send(1, 5),
 			want: nil,
+		},
+		{
+			name:  "S direct-only, send waiting, ADVERT arrives: P_S = P_A, direct write",
+			cfg:   func(c *dynproto.Config) { c.Mode = dynproto.DirectOnly },
+			setup: func(p *pair) { p.send(1, 5); p.recv(7, 10, false) },
+			do: func(p *pair) []dynproto.Action {
+				p.deliverCtlFrames(1)
+				return p.sOut
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.WriteDirect, ID: 1, Len: 5, RKey: 107},
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameDirect, Phase: 1, Len: 5}},
+			},
+			after: &phases{PS: 1, SS: 5, PR: 1, SEst: 1},
+		},
+		{
+			name: "S write outstanding, write done: send done with its length",
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4) // one direct write outstanding
+			},
+			do: func(p *pair) []dynproto.Action {
+				acts, err := p.S.WriteDone(nil)
+				if err != nil {
+					p.t.Fatal(err)
+				}
+				return acts
+			},
+			want: []dynproto.Action{{Kind: dynproto.SendDone, ID: 1, Len: 4}},
 		},
 		{
 			name: "S WAITALL ADVERT partly filled: the next send continues it",
@@ -399,6 +436,70 @@ func TestTransitions(t *testing.T) {
 				{Kind: dynproto.SendFrame, ID: 8, Frame: dynproto.Frame{Type: dynproto.FrameAdvert, Phase: 1, Seq: 2, Len: 9}},
 			},
 			after: &phases{SS: 2, PR: 1, SR: 2, SEst: 3},
+		},
+		{
+			name: "R copy frees less than the ACK threshold: no ACK",
+			cfg:  func(c *dynproto.Config) { c.AckThreshold = 4 },
+			setup: func(p *pair) {
+				p.send(1, 2)
+				if err := p.deliverDataFrames(1); err != nil {
+					p.t.Fatal(err)
+				}
+				p.recv(7, 10, false) // held: b_r > 0
+			},
+			do: func(p *pair) []dynproto.Action { return p.R.Copy(nil) },
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 7, Len: 2},
+				{Kind: dynproto.RecvDone, ID: 7, Len: 2},
+			},
+			after: &phases{SS: 2, SR: 2, SEst: 2},
+		},
+		{
+			name: "R copy brings the freed bytes to the ACK threshold: one ACK for all",
+			cfg:  func(c *dynproto.Config) { c.AckThreshold = 4 },
+			setup: func(p *pair) {
+				for i := range uint64(2) {
+					p.send(1+i, 2)
+					if err := p.deliverDataFrames(1); err != nil {
+						p.t.Fatal(err)
+					}
+					p.recv(7+i, 10, false) // held: b_r > 0
+					if i == 0 {
+						p.fromR(p.R.Copy(nil)) // 2 bytes freed, not ACKed
+					}
+				}
+			},
+			do: func(p *pair) []dynproto.Action { return p.R.Copy(nil) },
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 8, Len: 2, RingOff: 2},
+				{Kind: dynproto.RecvDone, ID: 8, Len: 2},
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameAck, Len: 4}},
+			},
+			after: &phases{SS: 4, SR: 4, SEst: 4},
+		},
+		{
+			name: "R ADVERTs stale (k_a > 0), DIRECT into a stale ADVERT: ErrProtocol",
+			setup: func(p *pair) {
+				p.recv(7, 10, false) // ADVERT 0 {P 1, S 0}
+				p.recv(8, 10, false) // ADVERT 1 {P 1, S 1}
+				p.send(1, 3)         // no ADVERT yet: indirect
+				acts, err := p.R.OnFrame(nil, &p.data[0])
+				if err != nil || len(acts) != 0 {
+					p.t.Fatalf("OnFrame(INDIRECT): %v, %v", acts, err)
+				}
+			},
+			do: func(p *pair) []dynproto.Action {
+				// What a sender without the phase jump would send: byte 3
+				// into ADVERT 0, which the indirect transfer made stale.
+				f := dynproto.Frame{Type: dynproto.FrameDirect, Phase: 1, Seq: 3, ID: 0, Len: 1}
+				acts, err := p.R.OnFrame(nil, &f)
+				if !errors.Is(err, dynproto.ErrProtocol) || !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "stale ADVERT 0") {
+					p.t.Errorf("OnFrame(%v) = %v, want ErrProtocol (EPROTO)", f, err)
+				}
+				return acts
+			},
+			want:  nil,
+			after: &phases{SS: 3, PR: 2, SEst: 2, KA: 2},
 		},
 		{
 			name: "R recvs pending, FIN: end of stream",
