@@ -31,6 +31,11 @@ type Endpoint struct {
 // QPNum returns the number of the endpoint's queue pair.
 func (e *Endpoint) QPNum() uint32 { return e.qp.num }
 
+// PD returns the protection domain of the endpoint's queue pair: the
+// registrations a provider that checks one-sided operations on the
+// initiator's side (RegistrationObserver) publishes for this connection.
+func (e *Endpoint) PD() *PD { return e.qp.pd }
+
 // RNR returns the receiver-not-ready policy of the endpoint's queue pair,
 // for providers that must apply it at the target (see Link.RecvPosted).
 func (e *Endpoint) RNR() RNRPolicy { return e.qp.cfg.RNR }
