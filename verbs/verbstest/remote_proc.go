@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ type ProcessPeer struct {
 }
 
 // StartPeerProcess starts a peer process: it runs the test binary
-// (os.Args[0]) again with -test.run=^$ and PeerEnv set to listenAddr, and
+// (os.Executable) again with -test.run=^$ and PeerEnv set to listenAddr, and
 // returns a Peer that calls it. The test binary's TestMain must call
 // PeerProcessMain. The child's standard output and error go to the test's
 // standard error. StartPeerProcess waits until the child answers, and
@@ -155,8 +156,15 @@ func startPeerProcess(listenAddr string) (*ProcessPeer, error) {
 		inW.Close()
 		return nil, fmt.Errorf("exs: verbstest: peer process: %w", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), PeerEnv+"="+listenAddr)
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	// A binary built with -race sleeps a second at exit unless told not
+	// to.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), PeerEnv+"="+listenAddr, "GORACE="+gorace)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{inR, outW} // descriptors 3 and 4
