@@ -9,3 +9,19 @@ func SetSendDepth(n int) (restore func()) {
 	testSendDepth = n
 	return func() { testSendDepth = old }
 }
+
+// SetPostHook makes f run each time an event has been queued, before its
+// operation stops counting as posting to the queue. It returns a function
+// that removes the hook.
+func SetPostHook(f func(*Queue)) (restore func()) {
+	testHookPosted.Store(&f)
+	return func() { testHookPosted.Store(nil) }
+}
+
+// SetFinishHook makes f run when the goroutine ending a socket has taken
+// the operations still queued and not yet completed them. It returns a
+// function that removes the hook.
+func SetFinishHook(f func(*Socket)) (restore func()) {
+	testHookFinish.Store(&f)
+	return func() { testHookFinish.Store(nil) }
+}

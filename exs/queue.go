@@ -82,15 +82,24 @@ type Queue struct {
 	st *Stack
 	eq *eventq.Queue[Event]
 
-	// state counts the operations posted that will post an event here
-	// (bits 0..61), with bit 62 set once the queue is deleted.
+	// state counts the operations posted that will post an event here:
+	// bits 0..30 those whose event is still to come (pending), bits
+	// 31..61 those posting it right now (posting), and bit 62 is set once
+	// the queue is deleted. An operation moves from pending to posting
+	// before its event can be dequeued, so that an application that has
+	// dequeued every event finds the queue idle; the last posting
+	// operation closes a deleted queue.
 	state atomic.Int64
 
 	// Errors returned without allocating.
 	errTimeout, errClosed error
 }
 
-const queueDeleted = 1 << 62
+const (
+	queuePendingMask       = 1<<31 - 1
+	queuePosting           = 1 << 31
+	queueDeleted     int64 = 1 << 62
+)
 
 // Qcreate creates an event queue that holds up to depth events (depth >=
 // 1). Options WithWaitMode and WithSpinTime set how Dequeue waits (the
@@ -125,7 +134,9 @@ func (st *Stack) Qcreate(depth int, opts ...Option) (*Queue, error) {
 // Qdelete deletes q. It refuses with an error matching ErrBusy while
 // operations posted with q as their queue are outstanding (their events
 // are still to come): cancel or complete them first, so that no event is
-// ever dropped. Events already queued stay dequeuable; once they are
+// ever dropped. An operation stops counting once its event can be
+// dequeued: after dequeuing the events of every operation posted with q,
+// Qdelete succeeds. Events already queued stay dequeuable; once they are
 // drained, Dequeue returns ErrClosed, as do waiters blocked on the empty
 // queue, which Qdelete wakes. Operations posted with q afterwards fail
 // with ErrClosed. A second Qdelete returns ErrClosed.
@@ -146,34 +157,47 @@ func (st *Stack) Qdelete(q *Queue) error {
 }
 
 // delete marks q deleted and closes it; unless force, only when no
-// operation will post to it.
+// operation has an event still to come. An event being posted at that
+// moment is queued before the queue closes: the operation posting it
+// closes the queue when it is done.
 func (q *Queue) delete(force bool) error {
+	var v int64
 	for {
-		v := q.state.Load()
+		v = q.state.Load()
 		switch {
 		case v&queueDeleted != 0:
 			return ErrClosed
-		case v != 0 && !force:
-			return fmt.Errorf("%w: %d operations will still post to the queue", ErrBusy, v)
+		case v&queuePendingMask != 0 && !force:
+			return fmt.Errorf("%w: %d operations will still post to the queue", ErrBusy, v&queuePendingMask)
 		}
 		if q.state.CompareAndSwap(v, v|queueDeleted) {
 			break
 		}
 	}
-	q.eq.Close()
+	if force || v == 0 {
+		q.eq.Close()
+	}
 	return nil
+}
+
+// settle adds delta to the state and closes the queue if that left it
+// deleted with nothing to post.
+func (q *Queue) settle(delta int64) {
+	if q.state.Add(delta) == queueDeleted {
+		q.eq.Close()
+	}
 }
 
 // reserve takes room for one operation's event.
 func (q *Queue) reserve() error {
-	// Add first and back out if deleted: Qdelete deletes only while the
-	// count is zero, so it either saw this operation or came first.
+	// Add first and back out if deleted: Qdelete deletes only while no
+	// event is pending, so it either saw this operation or came first.
 	if q.state.Add(1)&queueDeleted != 0 {
-		q.state.Add(-1)
+		q.settle(-1)
 		return ErrClosed
 	}
 	if err := q.eq.Reserve(1); err != nil {
-		q.state.Add(-1)
+		q.settle(-1)
 		if errors.Is(err, eventq.ErrFull) {
 			return errQueueFull
 		}
@@ -186,14 +210,23 @@ func (q *Queue) reserve() error {
 // posted after all.
 func (q *Queue) unreserve() {
 	q.eq.Unreserve(1)
-	q.state.Add(-1)
+	q.settle(-1)
 }
 
-// post posts the event of an operation that reserved room.
+// post posts the event of an operation that reserved room. The operation
+// stops being pending before its event can be dequeued.
 func (q *Queue) post(ev Event) {
+	q.state.Add(queuePosting - 1)
 	q.eq.PostReserved(ev)
-	q.state.Add(-1)
+	if h := testHookPosted.Load(); h != nil {
+		(*h)(q)
+	}
+	q.settle(-queuePosting)
 }
+
+// testHookPosted, if set, runs after an event is queued and before its
+// operation stops posting (tests of Qdelete racing a post).
+var testHookPosted atomic.Pointer[func(*Queue)]
 
 // Cap returns the queue's depth.
 func (q *Queue) Cap() int { return q.eq.Cap() }
@@ -202,8 +235,9 @@ func (q *Queue) Cap() int { return q.eq.Cap() }
 func (q *Queue) Len() int { return q.eq.Len() }
 
 // Outstanding returns the number of operations posted with q whose events
-// are still to come.
-func (q *Queue) Outstanding() int { return int(q.state.Load() &^ queueDeleted) }
+// are still to come: Qdelete refuses while it is not 0. An event that can
+// be dequeued is no longer counted.
+func (q *Queue) Outstanding() int { return int(q.state.Load() & queuePendingMask) }
 
 // TryDequeue moves up to len(events) queued events, oldest first, into
 // events and returns how many. It never waits.

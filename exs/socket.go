@@ -483,21 +483,20 @@ func (s *Socket) Cancel(q *Queue, user any) error {
 		return opErr("cancel", "", err)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch s.state {
 	case sockListening, sockConnecting, sockConnected:
 	case sockClosed:
-		s.mu.Unlock()
 		return opErr("cancel", s.addr, ErrClosed)
 	default:
-		// Nothing can be outstanding.
-		s.mu.Unlock()
+		// Nothing can be outstanding: the cancel completes at once, under
+		// the lock, so that a Close cannot post its event first.
 		if err := q.reserve(); err != nil {
-			return opErr("cancel", "", err)
+			return opErr("cancel", s.addr, err)
 		}
 		q.post(Event{Type: EventCancel, Socket: s, User: user})
 		return nil
 	}
-	defer s.mu.Unlock()
 	if s.nctl >= ctlSlots {
 		return opErr("cancel", s.addr, errTooMany)
 	}
@@ -697,35 +696,50 @@ func (s *Socket) publish(ps dynproto.Stats) {
 // finish ends the goroutine serving the socket: operations still queued
 // complete with err (a cancel with the count of operations canceled, from
 // canceled on), and if the socket is being closed its close event is
-// posted last.
+// posted last. The socket counts as served until every event is posted,
+// so that a Close meanwhile leaves its event to this goroutine; a socket
+// that is not being closed takes no more operations (sockFailed).
 func (s *Socket) finish(err error, canceled int) {
-	s.mu.Lock()
-	s.running = false
-	cmds := s.cmds
-	s.cmds = nil
-	s.ncmd.Store(0)
-	closing, q, user := s.closing, s.closeQ, s.closeUser
-	s.closeQ, s.closeUser = nil, nil
-	if !closing {
-		s.state = sockFailed
-	}
-	s.mu.Unlock()
-	for _, idx := range cmds {
-		if s.ops[idx].kind == opCancel {
-			s.complete(idx, canceled, nil, nil)
-			continue
+	for {
+		s.mu.Lock()
+		if !s.closing {
+			s.state = sockFailed
 		}
-		s.complete(idx, 0, err, nil)
-		canceled++
-	}
-	s.flushDone()
-	if closing {
-		if q != nil {
-			q.post(Event{Type: EventClose, Socket: s, User: user})
+		cmds := s.cmds
+		s.cmds = nil
+		s.ncmd.Store(0)
+		if len(cmds) == 0 {
+			s.running = false
+			closing, q, user := s.closing, s.closeQ, s.closeUser
+			s.closeQ, s.closeUser = nil, nil
+			s.mu.Unlock()
+			if closing {
+				if q != nil {
+					q.post(Event{Type: EventClose, Socket: s, User: user})
+				}
+				s.st.removeSocket(s)
+			}
+			return
 		}
-		s.st.removeSocket(s)
+		s.mu.Unlock()
+		if h := testHookFinish.Load(); h != nil {
+			(*h)(s)
+		}
+		for _, idx := range cmds {
+			if s.ops[idx].kind == opCancel {
+				s.complete(idx, canceled, nil, nil)
+				continue
+			}
+			s.complete(idx, 0, err, nil)
+			canceled++
+		}
+		s.flushDone()
 	}
 }
+
+// testHookFinish, if set, runs when the goroutine ending a socket has
+// taken operations still queued and not yet completed them.
+var testHookFinish atomic.Pointer[func(*Socket)]
 
 // sleep blocks until a command or a close request arrives (for a
 // goroutine with nothing else to wait for).
