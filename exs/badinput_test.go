@@ -318,6 +318,12 @@ func TestDoubleCloseConnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkErr(t, "second close", p.client.Close(p.q, "again"), "close", exs.ErrClosed)
+	// Nothing more is accepted on the closed connected socket.
+	buf := make([]byte, 10)
+	checkErr(t, "send closed", p.client.Send(p.q, buf, nil, 0, nil), "send", exs.ErrClosed)
+	checkErr(t, "recv closed", p.client.Recv(p.q, buf, nil, 0, nil), "recv", exs.ErrClosed)
+	checkErr(t, "shutdown closed", p.client.Shutdown(p.q, nil), "shutdown", exs.ErrClosed)
+	checkErr(t, "cancel closed", p.client.Cancel(p.q, nil), "cancel", exs.ErrClosed)
 	waitType(t, p.q, exs.EventClose, "close")
 	checkErr(t, "third close", p.client.Close(p.q, "again"), "close", exs.ErrClosed)
 	noEvent(t, p.q)

@@ -247,7 +247,9 @@ func (c *config) applyOptions(scope uint8, opts []Option) error {
 }
 
 // WithProvider makes the stack reach addresses "scheme:..." through p. The
-// stack opens one verbs device over p and does not close p. By default the
+// whole address, scheme included, goes to p, so scheme is the one p's
+// addresses use ("inproc" for package inproc). The stack opens one verbs
+// device over p and does not close p. By default the
 // stack knows one scheme, "inproc", served by an in-process provider
 // shared by every stack of the process (so that two stacks of one process
 // can connect to each other); WithProvider("inproc", p) replaces it. It
