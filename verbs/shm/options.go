@@ -1,0 +1,144 @@
+// Package shm is the same-host provider of package verbs: it connects
+// queue pairs in two processes of one Linux host.
+//
+// A connection is a Unix-domain socket, kept open for the connection's
+// life, plus a shared mapping (a sealed memfd that the dialing side
+// creates and passes over the socket with SCM_RIGHTS). The mapping holds
+// four single-producer, single-consumer rings of variable-length records
+// (a request ring and a response ring per direction), the words each side
+// sleeps and wakes on, and each side's published registration table.
+//
+// Data moves by Linux cross-memory attach (process_vm_writev and
+// process_vm_readv): an RDMA WRITE or READ with nothing in flight before
+// it is checked by the initiator against the peer's published
+// registrations (verbs.RegionInfo.Check) and copied into or out of the
+// peer's memory by the initiator alone, without the peer's CPU; other
+// messages go through the request ring, small payloads inline, large
+// ones as the initiator's iovecs that the target's receiver reads (or, for
+// a READ, writes) directly. The rendezvous checks with a real call that
+// cross-memory attach is permitted (ptrace policy or a seccomp profile
+// may forbid it); when it is not, every byte travels inline through the
+// rings, and the connection's statistics say so (Provider.Stats).
+//
+// Each side runs one receiver goroutine per connection, which spins
+// briefly on empty rings and then sleeps on a futex in the shared mapping
+// that the peer wakes only when the receiver said it sleeps; and one
+// goroutine that reads the socket, to learn at once that the peer closed
+// the connection or died. Both stop once the connection is terminated.
+//
+// Addresses have the form "shm:PATH", PATH being the Unix-socket path the
+// listener binds.
+//
+// The provider is built on Linux only; elsewhere Listen and Dial fail.
+package shm
+
+import (
+	"time"
+)
+
+// Scheme is the prefix of the provider's addresses.
+const Scheme = "shm:"
+
+// Backlog is how many connection requests a listener queues before it
+// rejects more.
+const Backlog = 128
+
+// Defaults of the options.
+const (
+	// DefaultInlineMax is the largest SEND or WRITE payload copied
+	// through the ring when cross-memory attach is available; larger ones
+	// are read by the target from the initiator's memory.
+	DefaultInlineMax = 16 << 10
+	// DefaultDirectMin is the smallest RDMA WRITE or READ that the
+	// initiator copies itself with cross-memory attach (when nothing is
+	// in flight before it); smaller ones go through the ring.
+	DefaultDirectMin = 0
+	// DefaultSpin is how long a receiver spins on empty rings before it
+	// sleeps.
+	DefaultSpin = 50 * time.Microsecond
+	// DefaultRequestRing and DefaultResponseRing are the sizes of the
+	// rings of each direction.
+	DefaultRequestRing  = 1 << 20
+	DefaultResponseRing = 256 << 10
+)
+
+// Option configures a Provider.
+type Option func(*options)
+
+type options struct {
+	inlineMax int
+	directMin int
+	spin      time.Duration
+	noCMA     bool
+	reqRing   uint64
+	respRing  uint64
+}
+
+func defaultOptions() options {
+	return options{
+		inlineMax: DefaultInlineMax,
+		directMin: DefaultDirectMin,
+		spin:      DefaultSpin,
+		reqRing:   DefaultRequestRing,
+		respRing:  DefaultResponseRing,
+	}
+}
+
+// WithInlineMax sets the largest payload sent inline through the ring when
+// cross-memory attach is available (default DefaultInlineMax).
+func WithInlineMax(n int) Option {
+	return func(o *options) { o.inlineMax = max(0, n) }
+}
+
+// WithDirectMin sets the smallest RDMA WRITE or READ that the initiator
+// copies itself (default DefaultDirectMin). A value above
+// verbs.MaxMessage sends every one-sided operation through the ring.
+func WithDirectMin(n int) Option {
+	return func(o *options) { o.directMin = max(0, n) }
+}
+
+// WithSpin sets how long a receiver spins before it sleeps (default
+// DefaultSpin). Zero makes it sleep at once.
+func WithSpin(d time.Duration) Option {
+	return func(o *options) { o.spin = max(0, d) }
+}
+
+// WithoutCMA makes the provider refuse cross-memory attach, as if the
+// system forbade it: every byte travels through the rings. For tests of
+// that fallback.
+func WithoutCMA() Option {
+	return func(o *options) { o.noCMA = true }
+}
+
+// WithRingSizes sets the sizes of the request and response rings of
+// connections this provider dials: powers of two from 16 KiB to 64 MiB
+// (other values are ignored).
+func WithRingSizes(request, response int) Option {
+	return func(o *options) {
+		if validRingSize(uint64(request)) {
+			o.reqRing = uint64(request)
+		}
+		if validRingSize(uint64(response)) {
+			o.respRing = uint64(response)
+		}
+	}
+}
+
+// ConnStats describes one connection of a Provider.
+type ConnStats struct {
+	// QPNum is the number of the local queue pair.
+	QPNum uint32
+	// PeerPID is the process id of the peer, from the socket's
+	// credentials.
+	PeerPID int
+	// CMA says whether cross-memory attach is used; if not, CMAError
+	// says why (the probe's error, or that an option disabled it).
+	CMA      bool
+	CMAError string
+	// Direct counts RDMA WRITEs and READs this side did itself with
+	// cross-memory attach; RingMessages the messages it sent through the
+	// request ring, Inline those of them with their bytes in the ring;
+	// TargetCopies the messages whose bytes this side, as target, moved
+	// with cross-memory attach; Sleeps the times its receiver slept.
+	Direct, RingMessages, Inline, TargetCopies, Sleeps uint64
+}
