@@ -94,11 +94,12 @@ const (
 // of the handshake.
 var errProtocol = errors.New("exs: shm: protocol violation by peer")
 
-// Timing of the receiver: how long it spins on empty rings before it
-// sleeps on its futex, and how long one sleep lasts at most (a safety net:
-// wake-ups do not depend on it).
+// How long one sleep of a receiver on its futex lasts at most: a safety
+// net, wake-ups do not depend on it (the tests stretch it to minutes, so
+// that a lost wake-up shows as a hang).
+var sleepCap = 100 * time.Millisecond
+
 const (
-	sleepCap    = 100 * time.Millisecond
 	accessLimit = 2 * time.Second // longest wait for the peer's copies to end
 	lingerLimit = time.Second     // longest wait to hand the peer our last records
 )
@@ -369,10 +370,13 @@ func (l *link) direct(m *verbs.Message) error {
 }
 
 // stalledLocked records that records wait for room: the peer's consumer
-// will ring this side's bell when it frees some.
+// will ring this side's bell when it frees some. It tries once more after
+// raising the flag, in case the consumer made room before it could see
+// the flag.
 func (l *link) stalledLocked() {
 	l.hasPend.Store(true)
 	l.me.wantSpace.Store(1)
+	l.pumpLocked()
 }
 
 // modeOf chooses how a request's bytes travel.
@@ -474,7 +478,7 @@ func (l *link) writeResp(it *item) bool {
 			putHdr(b, recRData)
 			binary.LittleEndian.PutUint32(b[8:], it.id)
 			binary.LittleEndian.PutUint32(b[12:], 0)
-			copy(b[respHdr:], it.data[it.off:it.off+chunk])
+			placeCopy(b[respHdr:], it.data[it.off:it.off+chunk])
 			it.off += chunk
 			it.started = true
 			l.respOut.commit(len(b))
@@ -510,7 +514,11 @@ func (l *link) emitLocked(it item) {
 		return
 	}
 	if it.kind == recRData {
-		it.data = append([]byte(nil), it.data...) // the caller's bytes do not outlive the call
+		// The caller's bytes (a READ's source region) do not outlive
+		// the call.
+		d := make([]byte, len(it.data)-it.off)
+		placeCopy(d, it.data[it.off:])
+		it.data, it.off = d, 0
 	}
 	l.pendResp.push(it)
 	l.stalledLocked()
@@ -519,21 +527,20 @@ func (l *link) emitLocked(it item) {
 // pumpLocked writes waiting records while there is room and reports
 // whether it wrote any.
 func (l *link) pumpLocked() bool {
-	progress := false
+	reqTail, respTail := l.reqOut.tail, l.respOut.tail
 	for !l.pendResp.empty() {
 		if !l.writeResp(l.pendResp.front()) {
 			break
 		}
 		l.pendResp.pop()
-		progress = true
 	}
 	for !l.pendReq.empty() {
 		if !l.writeReq(l.pendReq.front()) {
 			break
 		}
 		l.pendReq.pop()
-		progress = true
 	}
+	progress := l.reqOut.tail != reqTail || l.respOut.tail != respTail
 	if l.pendReq.empty() && l.pendResp.empty() {
 		l.hasPend.Store(false)
 		l.me.wantSpace.Store(0)
@@ -1091,7 +1098,7 @@ func (r *payloadReader) Read(p []byte) (int, error) {
 		}
 		r.cur = rec[recHdr:]
 	}
-	n := copy(p, r.cur)
+	n := placeCopy(p, r.cur)
 	r.cur = r.cur[n:]
 	r.rem -= n
 	return n, nil

@@ -1,0 +1,6 @@
+package shm
+
+import "time"
+
+// SetSleepCap sets the longest futex sleep of every receiver.
+func SetSleepCap(d time.Duration) { sleepCap = d }

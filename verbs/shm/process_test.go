@@ -1,0 +1,315 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+	"github.com/exsgo/exs/verbs/shm"
+	"github.com/exsgo/exs/verbs/verbstest"
+)
+
+// modeEnv tells a peer process which provider options to use, so that
+// both processes of a test run the same mode.
+const modeEnv = "EXS_SHM_TEST_MODE"
+
+// modeOptions returns the options of a test mode.
+func modeOptions(mode string) []shm.Option {
+	switch mode {
+	case "ring":
+		return []shm.Option{shm.WithDirectMin(verbs.MaxMessage + 1)}
+	case "nocma":
+		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
+	case "nocma-default":
+		return []shm.Option{shm.WithoutCMA()}
+	}
+	return nil
+}
+
+// TestMain lets this test binary serve as the peer process of the
+// cross-process tests.
+func TestMain(m *testing.M) {
+	shm.SetSleepCap(10 * time.Minute)
+	verbstest.PeerProcessMain(func() verbs.Provider { return shm.New(modeOptions(os.Getenv(modeEnv))...) })
+	os.Exit(m.Run())
+}
+
+// processEnv runs the suite's far side in a child process (this test
+// binary, run again).
+func processEnv(mode string) func(t *testing.T) verbstest.Env {
+	return func(t *testing.T) verbstest.Env {
+		dir := sockDir(t)
+		return verbstest.Env{
+			Provider:   shm.New(modeOptions(mode)...),
+			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer"),
+			ListenAddr: "shm:" + dir + "/local",
+		}
+	}
+}
+
+// TestConformanceProcess runs the suite with the peer in another process,
+// in each mode: defaults, everything through the rings, and without
+// cross-memory attach.
+func TestConformanceProcess(t *testing.T) {
+	for _, mode := range []string{"default", "ring", "nocma"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(modeEnv, mode)
+			verbstest.Run(t, processEnv(mode))
+		})
+	}
+}
+
+// TestPeerKilled kills the peer process while transfers of every kind
+// are in flight: every work request posted completes, those after the
+// death with an error, the queue pair records a reset connection, and no
+// goroutine is left.
+func TestPeerKilled(t *testing.T) {
+	for _, mode := range []string{"default", "nocma"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(modeEnv, mode)
+			peerKilled(t, mode)
+		})
+	}
+}
+
+func peerKilled(t *testing.T, mode string) {
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
+	t.Cleanup(cancel)
+	dir := sockDir(t)
+	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
+	p := shm.New(modeOptions(mode)...)
+	dev, err := verbs.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+
+	const depth = 64
+	addr, err := pp.Listen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pp.Serve(verbstest.Answer{QP: verbstest.QPSpec{RecvDepth: 4 * depth, CQDepth: 8 * depth}}); err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := dev.AllocPD()
+	cq, err := dev.CreateCQ(4*depth, eventq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: depth, SignalAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qp.Connect(ctx, addr, nil); err != nil {
+		t.Fatal(err)
+	}
+	pq, _, err := pp.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const big = 1 << 20
+	target, err := pq.Register(big, mreg.LocalWrite|mreg.RemoteWrite|mreg.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbuf, err := pq.Register(64<<10, mreg.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 * depth {
+		if err := pq.PostRecv(uint64(i), []verbstest.PeerSGE{{MR: rbuf, Len: 64 << 10}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, big)
+	src, err := pd.RegisterMR(buf, mreg.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrs := []verbs.SendWR{
+		{Opcode: verbs.OpWrite, SGL: []verbs.SGE{src.SGE(0, big)}, RKey: target.RKey(), RemoteAddr: target.Addr()},
+		{Opcode: verbs.OpSend, SGL: []verbs.SGE{src.SGE(0, 64<<10)}},
+		{Opcode: verbs.OpRead, SGL: []verbs.SGE{src.SGE(0, big)}, RKey: target.RKey(), RemoteAddr: target.Addr()},
+		{Opcode: verbs.OpWrite, SGL: []verbs.SGE{src.SGE(0, 64)}, RKey: target.RKey(), RemoteAddr: target.Addr()},
+		{Opcode: verbs.OpSendWithImm, SGL: []verbs.SGE{src.SGE(0, 100)}, Imm: 7},
+	}
+
+	// Post without pause, polling what completes, until the queue pair
+	// fails; kill the peer once transfers have been going for a while.
+	var (
+		mu        sync.Mutex
+		posted    int
+		completed int
+		failedAt  = -1
+		badAfter  int
+	)
+	wcs := make([]verbs.WC, 64)
+	poll := func() int {
+		n := cq.Poll(wcs)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.StatusSuccess && failedAt < 0 {
+				failedAt = completed
+			}
+			if failedAt >= 0 && wc.Status == verbs.StatusSuccess {
+				badAfter++
+			}
+			completed++
+		}
+		return n
+	}
+	killAt := time.Now().Add(100 * time.Millisecond)
+	killed := false
+	for i := 0; ; i++ {
+		if !killed && time.Now().After(killAt) {
+			if err := pp.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+		select {
+		case <-qp.Done():
+		default:
+			wr := wrs[i%len(wrs)]
+			wr.WRID = uint64(i)
+			err := qp.PostSend(wr)
+			switch {
+			case err == nil:
+				mu.Lock()
+				posted++
+				mu.Unlock()
+			case errors.Is(err, verbs.ErrQueueFull):
+				poll()
+			default:
+				t.Fatalf("PostSend: %v", err)
+			}
+			continue
+		}
+		break
+	}
+	if !killed {
+		t.Fatal("the queue pair failed before the peer was killed")
+	}
+	for {
+		mu.Lock()
+		done := completed == posted
+		mu.Unlock()
+		if done {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d work requests completed after the peer's death", completed, posted)
+		}
+		if poll() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Logf("%d work requests posted, the first failure was number %d", posted, failedAt)
+	if failedAt < 0 || badAfter > 0 {
+		t.Errorf("failures start at %d, %d successes after the first failure", failedAt, badAfter)
+	}
+	if err := qp.Err(); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("Err = %v, want ECONNRESET", err)
+	}
+	if n := cq.Poll(wcs); n != 0 {
+		t.Errorf("%d completions more than posted", n)
+	}
+	if err := src.Deregister(); err != nil {
+		t.Errorf("deregister after the flush: %v", err)
+	}
+}
+
+// TestStats checks that a connection reports whether it uses cross-memory
+// attach, and why not.
+func TestStats(t *testing.T) {
+	for _, mode := range []string{"default", "nocma"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
+			defer cancel()
+			dir := sockDir(t)
+			a, b := shm.New(modeOptions(mode)...), shm.New(modeOptions(mode)...)
+			qa, qb := connectPair(t, ctx, a, b, "shm:"+dir+"/s")
+			_ = qb
+			st := a.Stats()
+			if len(st) != 1 {
+				t.Fatalf("Stats: %d connections, want 1", len(st))
+			}
+			s := st[0]
+			if s.QPNum != qa.Num() || s.PeerPID != os.Getpid() {
+				t.Errorf("Stats = %+v, want QP %d, pid %d", s, qa.Num(), os.Getpid())
+			}
+			if mode == "nocma" {
+				if s.CMA || !strings.Contains(s.CMAError, "disabled") {
+					t.Errorf("Stats = %+v, want CMA refused", s)
+				}
+			} else if !s.CMA {
+				t.Errorf("Stats = %+v, want CMA", s)
+			}
+		})
+	}
+}
+
+// connectPair connects a queue pair over provider a to one over b, which
+// listens at addr. Cleanups close both devices.
+func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string) (*verbs.QP, *verbs.QP) {
+	t.Helper()
+	da, err := verbs.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := verbs.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ln, err := db.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	mk := func(d *verbs.Device) *verbs.QP {
+		pd, _ := d.AllocPD()
+		cq, err := d.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 256, RecvDepth: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qp
+	}
+	qa, qb := mk(da), mk(db)
+	errc := make(chan error, 1)
+	go func() {
+		r, err := ln.Accept(ctx)
+		if err == nil {
+			err = r.Accept(qb, nil)
+		}
+		errc <- err
+	}()
+	if _, err := qa.Connect(ctx, addr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return qa, qb
+}
