@@ -310,8 +310,8 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 		l.txMu.Unlock()
 		return true, verbs.ErrClosed
 	}
-	if l.cma && (m.Op == verbs.OpWrite || m.Op == verbs.OpRead) && m.Len >= l.p.opts.directMin &&
-		l.inflight.n == 0 && l.pendReq.empty() {
+	if l.cma && l.inflight.n == 0 && l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
+		(m.Op == verbs.OpRead || m.Op == verbs.OpWrite && m.Len >= l.p.opts.directMin) {
 		err := l.direct(m)
 		l.txMu.Unlock()
 		return true, err

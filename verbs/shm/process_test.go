@@ -28,6 +28,8 @@ const modeEnv = "EXS_SHM_TEST_MODE"
 // modeOptions returns the options of a test mode.
 func modeOptions(mode string) []shm.Option {
 	switch mode {
+	case "direct":
+		return []shm.Option{shm.WithDirectMin(0)}
 	case "ring":
 		return []shm.Option{shm.WithDirectMin(verbs.MaxMessage + 1)}
 	case "nocma":
@@ -60,10 +62,12 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 }
 
 // TestConformanceProcess runs the suite with the peer in another process,
-// in each mode: defaults, everything through the rings, and without
+// in each mode: defaults, every WRITE and READ by the initiator with
+// cross-memory attach (its checks against the published registrations
+// face the suite's violations), everything through the rings, and without
 // cross-memory attach.
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "ring", "nocma"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
@@ -76,7 +80,7 @@ func TestConformanceProcess(t *testing.T) {
 // death with an error, the queue pair records a reset connection, and no
 // goroutine is left.
 func TestPeerKilled(t *testing.T) {
-	for _, mode := range []string{"default", "nocma"} {
+	for _, mode := range []string{"default", "direct", "nocma"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			peerKilled(t, mode)

@@ -12,7 +12,7 @@ import (
 
 // sockDir returns a short directory for sockets: a Unix-socket path is
 // limited to 107 bytes, and t.TempDir's names can be long.
-func sockDir(t *testing.T) string {
+func sockDir(t testing.TB) string {
 	t.Helper()
 	dir, err := osMkdirTemp()
 	if err != nil {
@@ -40,6 +40,14 @@ func localEnv(opts ...shm.Option) func(t *testing.T) verbstest.Env {
 // by cross-memory attach when nothing is in flight.
 func TestConformance(t *testing.T) {
 	verbstest.Run(t, localEnv())
+}
+
+// TestConformanceDirect does every RDMA WRITE and READ with nothing in
+// flight before it on the initiator's side, by cross-memory attach, so
+// that its checks against the peer's published registrations face the
+// suite's violations (guard bytes included).
+func TestConformanceDirect(t *testing.T) {
+	verbstest.Run(t, localEnv(shm.WithDirectMin(0)))
 }
 
 // TestConformanceRing sends every message through the rings, with

@@ -17,7 +17,7 @@ import (
 // checks the bytes, so that messages spanning many ring records (without
 // cross-memory attach) and vectored copies (with it) are exercised.
 func TestLargeTransfers(t *testing.T) {
-	for _, mode := range []string{"default", "ring", "nocma", "nocma-default"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma", "nocma-default"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 			defer cancel()
