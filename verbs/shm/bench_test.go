@@ -276,4 +276,3 @@ func BenchmarkSendRate(b *testing.B) {
 	cancel()
 	<-done
 }
-
