@@ -65,6 +65,11 @@ type conn struct {
 	frSend   []byte // frame send buffers, one per send queue slot
 	frSendMR *verbs.MR
 	frameSeq uint64 // frames posted
+	// framesDone counts the frames whose SEND has completed; finSeq is
+	// frameSeq once the FIN frame is posted (0 before): the FIN has
+	// reached the peer once framesDone reaches it.
+	framesDone uint64
+	finSeq     uint64
 
 	ring   []byte // the stream buffer (nil in direct-only mode)
 	ringMR *verbs.MR
@@ -496,6 +501,9 @@ func (c *conn) addFrame(a *dynproto.Action) bool {
 	})
 	c.sgeUsed++
 	c.frameSeq++
+	if f.Type == dynproto.FrameFin {
+		c.finSeq = c.frameSeq
+	}
 	c.outstanding++
 	c.pendWrites, c.pendWriteWRs = 0, 0
 	c.open = -1
@@ -555,6 +563,7 @@ func (c *conn) onWC(wc *verbs.WC) {
 	var err error
 	switch wc.Opcode {
 	case verbs.WCSend:
+		c.framesDone++
 		writes := int(wc.WRID & wridMask)
 		c.outstanding -= 1 + int(wc.WRID>>24&wridMask)
 		for range writes {
@@ -612,8 +621,9 @@ func (c *conn) fail(err error, disconnect bool) {
 	}
 }
 
-// checkShutdowns completes the shutdowns whose end of stream has been
-// sent.
+// checkShutdowns completes the shutdowns whose end of stream has reached
+// the peer: the FIN frame's SEND has completed, so a close that follows
+// cannot overtake it, whatever the provider.
 func (c *conn) checkShutdowns() {
 	if len(c.shutOps) == 0 {
 		return
@@ -622,7 +632,10 @@ func (c *conn) checkShutdowns() {
 		c.failShutdowns()
 		return
 	}
-	if st := c.eng.State(); st.FinSent && st.Sends == 0 {
+	// A connection that went after both directions had ended (graceful)
+	// may have lost the FIN's completion with it.
+	reached := c.finSeq != 0 && c.framesDone >= c.finSeq || c.graceful
+	if st := c.eng.State(); st.FinSent && st.Sends == 0 && reached {
 		for _, idx := range c.shutOps {
 			c.s.complete(idx, 0, nil, nil)
 		}

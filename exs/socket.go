@@ -443,7 +443,8 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 // Shutdown posts a shutdown of the sending direction (SHUT_WR): the sends
 // posted before it are still carried out, then the peer's recvs see the end
 // of the stream. It completes with an EventShutdown once every earlier send
-// has completed and the end of the stream has been sent. Sends posted
+// has completed and the end of the stream has reached the peer (so that a
+// Close after it cannot overtake it, whatever the provider). Sends posted
 // afterwards fail with an error matching EPIPE. Recvs are not affected.
 func (s *Socket) Shutdown(q *Queue, user any) error {
 	if err := s.checkQueue(q); err != nil {
