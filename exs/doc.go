@@ -91,10 +91,12 @@
 // Bind and Listen make a listening socket; each Accept completes with a new
 // connected socket that inherits the listening socket's options. Connect
 // sets up a connection to a listening socket in the background.
-// Addresses are "scheme:name": the scheme picks the provider ("inproc" by
-// default, the in-process provider shared by every stack of the process;
-// WithProvider adds others); an address without a scheme is an "inproc"
-// one.
+// Addresses are "scheme:name": the scheme picks the provider. Every stack
+// knows "inproc", the in-process provider shared by every stack of the
+// process, and "shm", the same-host provider (package verbs/shm: two
+// processes of one Linux host, "shm:PATH" naming the Unix socket the
+// listener binds); WithProvider adds others or replaces these. An address
+// without a scheme is an "inproc" one.
 //
 // At connection set-up the two ends exchange their protocol parameters in
 // the connection's private data: version, protocol mode, socket type,

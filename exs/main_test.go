@@ -15,6 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	peerProcessMain() // returns unless this binary runs as a test's peer process
 	goleak.VerifyTestMain(m)
 }
 

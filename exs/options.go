@@ -248,12 +248,15 @@ func (c *config) applyOptions(scope uint8, opts []Option) error {
 
 // WithProvider makes the stack reach addresses "scheme:..." through p. The
 // whole address, scheme included, goes to p, so scheme is the one p's
-// addresses use ("inproc" for package inproc). The stack opens one verbs
-// device over p and does not close p. By default the
-// stack knows one scheme, "inproc", served by an in-process provider
-// shared by every stack of the process (so that two stacks of one process
-// can connect to each other); WithProvider("inproc", p) replaces it. It
-// applies to NewStack only.
+// addresses use ("inproc" for package inproc, "shm" for package shm). The
+// stack opens one verbs device over p and does not close p. By default the
+// stack knows two schemes, each served by a provider shared by every stack
+// of the process: "inproc", the in-process provider (so that two stacks of
+// one process can connect to each other), and "shm", the same-host
+// provider of package shm ("shm:PATH", PATH the Unix socket the listener
+// binds; Linux only). WithProvider with either scheme replaces the default
+// one, for instance to give the same-host provider options or to read its
+// statistics. It applies to NewStack only.
 func WithProvider(scheme string, p verbs.Provider) Option {
 	return option{"WithProvider", scopeStack, func(c *config) error {
 		if scheme == "" || strings.ContainsRune(scheme, ':') || p == nil {

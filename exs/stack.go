@@ -10,12 +10,22 @@ import (
 
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
+	"github.com/exsgo/exs/verbs/shm"
 )
 
 // defaultInproc is the in-process provider of stacks that name no other
 // for the "inproc" scheme: shared, so that the stacks of one process can
 // connect to each other. It holds only a registry of listeners.
 var defaultInproc = inproc.New()
+
+// defaultShm is the same-host provider of stacks that name no other for
+// the "shm" scheme, shared by the stacks of the process. It holds no
+// resources until a stack listens or connects through it (outside Linux
+// its Listen and Dial fail).
+var defaultShm = shm.New()
+
+// shmScheme is the scheme of the same-host provider's addresses.
+const shmScheme = "shm"
 
 // defaultScheme is the scheme of addresses that have none.
 const defaultScheme = "inproc"
@@ -55,8 +65,10 @@ func NewStack(opts ...Option) (*Stack, error) {
 	if err := cfg.applyOptions(scopeStack, opts); err != nil {
 		return nil, opErr("socket", "", err)
 	}
-	if !slices.ContainsFunc(cfg.providers, func(e providerEntry) bool { return e.scheme == defaultScheme }) {
-		cfg.providers = append(cfg.providers, providerEntry{defaultScheme, defaultInproc})
+	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}} {
+		if !slices.ContainsFunc(cfg.providers, func(e providerEntry) bool { return e.scheme == d.scheme }) {
+			cfg.providers = append(cfg.providers, d)
+		}
 	}
 	slices.SortFunc(cfg.providers, func(a, b providerEntry) int { return strings.Compare(a.scheme, b.scheme) })
 	st := &Stack{
