@@ -220,6 +220,15 @@ type link struct {
 	nextID   uint32
 	tiov     iovecs // the fast path's (Transmit runs one at a time)
 
+	// peerArenas are the peer's shared-allocator arenas mapped here, by
+	// id; guarded by txMu, so that a copy into one (made with txMu held)
+	// never meets its unmapping.
+	peerArenas map[uint32][]byte
+	// started and arenasSent (the ids of this side's arenas handed to
+	// the peer) are guarded by p.mu.
+	started    bool
+	arenasSent map[uint32]struct{}
+
 	hasPend    atomic.Bool // pendReq or pendResp is not empty
 	delivering atomic.Bool // the receiver is inside Endpoint.Deliver
 	stop       atomic.Bool
@@ -250,6 +259,7 @@ type counters struct {
 	inline   atomic.Uint64 // of which with their bytes inline
 	pulls    atomic.Uint64 // messages whose bytes this side moved as target with process_vm_*
 	wakes    atomic.Uint64 // futex sleeps of the receiver
+	shared   atomic.Uint64 // one-sided operations done by this side with a plain copy (shared allocator)
 }
 
 // Compile-time check.
@@ -257,7 +267,8 @@ var _ verbs.Link = (*link)(nil)
 
 // newLink builds a link over a mapping; start runs its goroutines.
 func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *link {
-	l := &link{p: p, side: side, m: m, conn: conn, done: make(chan struct{}), watchDone: make(chan struct{})}
+	l := &link{p: p, side: side, m: m, conn: conn, done: make(chan struct{}), watchDone: make(chan struct{}),
+		peerArenas: make(map[uint32][]byte), arenasSent: make(map[uint32]struct{})}
 	l.refs.Store(1)
 	l.me, l.peer = sideAt(m, side), sideAt(m, 1-side)
 	l.mine, l.theirs = tableAt(m, lo.table[side]), tableAt(m, lo.table[1-side])
@@ -275,6 +286,7 @@ func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *li
 
 // start runs the receiver and the watcher.
 func (l *link) start() {
+	l.p.sendArenas(l)
 	go l.watch()
 	go l.run()
 }
@@ -310,11 +322,12 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 		l.txMu.Unlock()
 		return true, verbs.ErrClosed
 	}
-	if l.cma && l.inflight.n == 0 && l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
-		(m.Op == verbs.OpRead || m.Op == verbs.OpWrite && m.Len >= l.p.opts.directMin) {
-		err := l.direct(m)
-		l.txMu.Unlock()
-		return true, err
+	if l.inflight.n == 0 && l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
+		(m.Op == verbs.OpRead || m.Op == verbs.OpWrite) {
+		if done, err := l.direct(m); done {
+			l.txMu.Unlock()
+			return true, err
+		}
 	}
 	id := l.nextID
 	l.nextID++
@@ -330,43 +343,72 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	return false, nil
 }
 
-// direct runs a one-sided operation with cross-memory attach: the check
-// of the peer's published registration, then one process_vm_writev (or
-// readv). It is called with txMu held, so that Terminate waits for it.
-func (l *link) direct(m *verbs.Message) error {
+// direct runs a one-sided operation without the peer's CPU, if it can:
+// the check of the peer's published registration, then a plain copy when
+// the region lies in a shared-allocator arena mapped here, otherwise (for
+// READs and WRITEs of at least directMin bytes, with cross-memory attach)
+// one process_vm_writev (or readv). It reports false, having done nothing,
+// when the operation is to go through the ring: no path applies, or only
+// the plain copy did and the checks failed (the target then reports the
+// violation, as for any message through the ring). It is called with txMu
+// held, so that Terminate waits for it and no arena is unmapped under it.
+func (l *link) direct(m *verbs.Message) (bool, error) {
 	access, write := mreg.RemoteWrite, true
 	if m.Op == verbs.OpRead {
 		access, write = mreg.RemoteRead, false
 	}
+	cma := l.cma && (m.Op == verbs.OpRead || m.Len >= l.p.opts.directMin)
+	if !cma && len(l.peerArenas) == 0 {
+		return false, nil
+	}
 	l.peer.access.Add(1)
 	defer l.peer.access.Add(-1)
+	var err error
 	if l.peer.closed.Load() != 0 {
-		return fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
+		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
+	} else if e := &l.theirs[slotOf(m.RKey)]; e.state.Load() != entryLive {
+		err = mreg.ErrInvalidKey
+	} else {
+		ri := verbs.RegionInfo{
+			LKey: mreg.Key(e.lkey.Load()), RKey: mreg.Key(e.rkey.Load()),
+			Addr: e.addr.Load(), Len: e.n.Load(), Access: mreg.Access(e.access.Load()),
+		}
+		err = ri.Check(m.RKey, m.RAddr, uint64(m.Len), access)
+		if err == nil {
+			if span, ok := l.arenaSpan(e, ri, m.RAddr, m.Len); ok {
+				if write {
+					for _, s := range m.Segments() {
+						span = span[copy(span, s):]
+					}
+				} else {
+					for _, s := range m.Segments() {
+						span = span[copy(s, span):]
+					}
+				}
+				l.st.shared.Add(1)
+				return true, nil
+			}
+		}
 	}
-	e := &l.theirs[slotOf(m.RKey)]
-	if e.state.Load() != entryLive {
-		return mreg.ErrInvalidKey
+	if !cma {
+		return false, nil
 	}
-	ri := verbs.RegionInfo{
-		LKey: mreg.Key(e.lkey.Load()), RKey: mreg.Key(e.rkey.Load()),
-		Addr: e.addr.Load(), Len: e.n.Load(), Access: mreg.Access(e.access.Load()),
-	}
-	if err := ri.Check(m.RKey, m.RAddr, uint64(m.Len), access); err != nil {
-		return err
+	if err != nil {
+		return true, err
 	}
 	l.st.direct.Add(1)
 	if m.Len == 0 {
-		return nil
+		return true, nil
 	}
 	v := &l.tiov
 	v.addLocal(m.Segments()...)
 	v.addRemote(m.RAddr, m.Len)
-	_, err := v.transfer(l.peerPID, write, m.Len)
+	_, err = v.transfer(l.peerPID, write, m.Len)
 	v.reset()
 	if err != nil {
-		return fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
+		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
 	}
-	return nil
+	return true, nil
 }
 
 // stalledLocked records that records wait for room: the peer's consumer
@@ -641,10 +683,15 @@ func (l *link) waitAccess() {
 func (l *link) watch() {
 	defer close(l.watchDone)
 	var b [64]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
-		if _, err := l.conn.Read(b[:]); err != nil {
+		n, oobn, _, _, err := l.conn.ReadMsgUnix(b[:], oob)
+		fds := parseFDs(oob[:oobn])
+		if err != nil || n == 0 {
+			closeFDs(fds)
 			break
 		}
+		l.onArenaMsg(b[:n], fds)
 	}
 	l.peerGone.Store(true)
 	l.me.ringAlways()
@@ -760,6 +807,7 @@ func (l *link) exit() {
 	l.pendResp.reset()
 	l.inflight.clear()
 	l.txMu.Unlock()
+	l.dropPeerArenas()
 	l.p.removeLink(l)
 	l.release()
 	close(l.done)

@@ -141,6 +141,12 @@ type ConnStats struct {
 	// cross-memory attach; RingMessages the messages it sent through the
 	// request ring, Inline those of them with their bytes in the ring;
 	// TargetCopies the messages whose bytes this side, as target, moved
-	// with cross-memory attach; Sleeps the times its receiver slept.
-	Direct, RingMessages, Inline, TargetCopies, Sleeps uint64
+	// with cross-memory attach; Sleeps the times its receiver slept;
+	// Shared the RDMA WRITEs and READs this side did with a plain copy,
+	// into or out of the peer's memory from the shared allocator
+	// (Provider.Alloc).
+	Direct, RingMessages, Inline, TargetCopies, Sleeps, Shared uint64
+	// PeerArenas is the number of the peer's shared-allocator arenas
+	// mapped by this side.
+	PeerArenas int
 }

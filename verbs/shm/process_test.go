@@ -36,15 +36,35 @@ func modeOptions(mode string) []shm.Option {
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	case "nocma-default":
 		return []shm.Option{shm.WithoutCMA()}
+	case "shared-nocma":
+		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	}
 	return nil
 }
+
+// modeProvider returns the provider of a test mode: in the "shared" modes
+// it offers its shared allocator to the suite, whose regions then come
+// from Provider.Alloc on both sides.
+func modeProvider(mode string) verbs.Provider {
+	p := shm.New(modeOptions(mode)...)
+	if strings.HasPrefix(mode, "shared") {
+		return sharedAlloc{p}
+	}
+	return p
+}
+
+// sharedAlloc offers the provider's shared allocator to the suite
+// (verbstest.RegionAllocator).
+type sharedAlloc struct{ *shm.Provider }
+
+func (s sharedAlloc) AllocRegion(n int) ([]byte, error) { return s.Alloc(n) }
+func (s sharedAlloc) FreeRegion(b []byte) error         { return s.Free(b) }
 
 // TestMain lets this test binary serve as the peer process of the
 // cross-process tests.
 func TestMain(m *testing.M) {
 	shm.SetSleepCap(10 * time.Minute)
-	verbstest.PeerProcessMain(func() verbs.Provider { return shm.New(modeOptions(os.Getenv(modeEnv))...) })
+	verbstest.PeerProcessMain(func() verbs.Provider { return modeProvider(os.Getenv(modeEnv)) })
 	os.Exit(m.Run())
 }
 
@@ -54,7 +74,7 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 	return func(t *testing.T) verbstest.Env {
 		dir := sockDir(t)
 		return verbstest.Env{
-			Provider:   shm.New(modeOptions(mode)...),
+			Provider:   modeProvider(mode),
 			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer"),
 			ListenAddr: "shm:" + dir + "/local",
 		}
@@ -64,10 +84,11 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 // TestConformanceProcess runs the suite with the peer in another process,
 // in each mode: defaults, every WRITE and READ by the initiator with
 // cross-memory attach (its checks against the published registrations
-// face the suite's violations), everything through the rings, and without
-// cross-memory attach.
+// face the suite's violations), everything through the rings, without
+// cross-memory attach, and with the regions of both sides from the shared
+// allocator (with cross-memory attach, and without it on small rings).
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
@@ -80,7 +101,7 @@ func TestConformanceProcess(t *testing.T) {
 // death with an error, the queue pair records a reset connection, and no
 // goroutine is left.
 func TestPeerKilled(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "nocma"} {
+	for _, mode := range []string{"default", "direct", "nocma", "shared"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			peerKilled(t, mode)

@@ -28,7 +28,7 @@ import (
 const (
 	pageSize     = 4096
 	headerMagic  = 0x6578735f73686d31 // "exs_shm1"
-	protoVersion = 1
+	protoVersion = 2
 	sideOffset   = 1024 // side block s at sideOffset*(s+1)
 	tableSlots   = mreg.MaxRegions + 1
 	entrySize    = 64
@@ -109,7 +109,13 @@ type entry struct {
 	access atomic.Uint32
 	addr   atomic.Uint64
 	n      atomic.Uint64
-	_      [32]byte
+	// arena names the shared-allocator arena the region lies in (0:
+	// none) and arenaOff the region's first byte's offset in it; a peer
+	// that mapped the arena copies into the region with a plain copy.
+	arena    atomic.Uint32
+	_        uint32
+	arenaOff atomic.Uint64
+	_        [16]byte
 }
 
 const entryLive = 1
@@ -293,3 +299,9 @@ func putHdr(b []byte, typ byte) {
 	b[4] = typ
 	b[5], b[6], b[7] = 0, 0, 0
 }
+
+// An entry is exactly entrySize bytes.
+var (
+	_ [entrySize - unsafe.Sizeof(entry{})]byte
+	_ [unsafe.Sizeof(entry{}) - entrySize]byte
+)

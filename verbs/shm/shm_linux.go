@@ -39,16 +39,24 @@ type Provider struct {
 	opts  options
 	probe *[2]uint64 // the word peers read to check cross-memory attach
 
-	mu    sync.Mutex
-	pds   map[*verbs.PD]*pdState
-	links map[*link]struct{}
+	mu        sync.Mutex
+	pds       map[*verbs.PD]*pdState
+	links     map[*link]struct{}
+	arenas    map[uintptr]*arena // the shared allocator's, by first byte
+	nextArena uint32
 }
 
 // pdState is what the provider knows of a protection domain: its live
 // registrations and the connections that publish them.
 type pdState struct {
-	regions map[*verbs.MR]verbs.RegionInfo
+	regions map[*verbs.MR]pubRegion
 	links   map[*link]struct{}
+}
+
+// pubRegion is a published registration and the arena it lies in, if any.
+type pubRegion struct {
+	info  verbs.RegionInfo
+	arena *arena
 }
 
 // New returns a provider.
@@ -57,7 +65,8 @@ func New(opts ...Option) *Provider {
 	for _, f := range opts {
 		f(&o)
 	}
-	p := &Provider{opts: o, probe: new([2]uint64), pds: make(map[*verbs.PD]*pdState), links: make(map[*link]struct{})}
+	p := &Provider{opts: o, probe: new([2]uint64), pds: make(map[*verbs.PD]*pdState), links: make(map[*link]struct{}),
+		arenas: make(map[uintptr]*arena)}
 	var b [8]byte
 	rand.Read(b[:])
 	p.probe[0] = binary.LittleEndian.Uint64(b[:]) | 1
@@ -79,10 +88,14 @@ func (p *Provider) Stats() []ConnStats {
 	defer p.mu.Unlock()
 	out := make([]ConnStats, 0, len(p.links))
 	for l := range p.links {
+		l.txMu.Lock()
+		arenas := len(l.peerArenas)
+		l.txMu.Unlock()
 		out = append(out, ConnStats{
-			QPNum: l.ep.QPNum(), PeerPID: l.peerPID, CMA: l.cma, CMAError: l.cmaErr,
+			PeerArenas: arenas,
+			QPNum:      l.ep.QPNum(), PeerPID: l.peerPID, CMA: l.cma, CMAError: l.cmaErr,
 			Direct: l.st.direct.Load(), RingMessages: l.st.ringMsgs.Load(), Inline: l.st.inline.Load(),
-			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(),
+			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(), Shared: l.st.shared.Load(),
 		})
 	}
 	return out
@@ -97,9 +110,14 @@ func (p *Provider) MemoryRegistered(pd *verbs.PD, mr *verbs.MR) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.pdState(pd)
-	st.regions[mr] = info
+	pr := pubRegion{info: info, arena: p.arenaOf(info.Addr, info.Len)}
+	if pr.arena != nil {
+		pr.arena.regs++
+	}
+	st.regions[mr] = pr
 	for l := range st.links {
-		l.publish(info)
+		l.sendArena(pr.arena)
+		l.publish(pr)
 	}
 }
 
@@ -110,6 +128,9 @@ func (p *Provider) MemoryDeregistered(pd *verbs.PD, mr *verbs.MR) {
 	var wait []*link
 	p.mu.Lock()
 	if st := p.pds[pd]; st != nil {
+		if pr, ok := st.regions[mr]; ok && pr.arena != nil {
+			pr.arena.regs--
+		}
 		delete(st.regions, mr)
 		for l := range st.links {
 			e := &l.mine[slotOf(info.RKey)]
@@ -133,7 +154,7 @@ func (p *Provider) MemoryDeregistered(pd *verbs.PD, mr *verbs.MR) {
 func (p *Provider) pdState(pd *verbs.PD) *pdState {
 	st := p.pds[pd]
 	if st == nil {
-		st = &pdState{regions: make(map[*verbs.MR]verbs.RegionInfo), links: make(map[*link]struct{})}
+		st = &pdState{regions: make(map[*verbs.MR]pubRegion), links: make(map[*link]struct{})}
 		p.pds[pd] = st
 	}
 	return st
@@ -147,7 +168,8 @@ func (p *Provider) dropIfUnused(pd *verbs.PD, st *pdState) {
 
 // publish writes a registration into the link's table. Called with p.mu
 // held.
-func (l *link) publish(ri verbs.RegionInfo) {
+func (l *link) publish(pr pubRegion) {
+	ri := pr.info
 	e := &l.mine[slotOf(ri.RKey)]
 	if e.state.Load() == entryLive {
 		// The slot's previous region was deregistered and its slot
@@ -161,6 +183,12 @@ func (l *link) publish(ri verbs.RegionInfo) {
 	e.access.Store(uint32(ri.Access))
 	e.addr.Store(ri.Addr)
 	e.n.Store(ri.Len)
+	e.arena.Store(0)
+	e.arenaOff.Store(0)
+	if a := pr.arena; a != nil {
+		e.arena.Store(a.id)
+		e.arenaOff.Store(ri.Addr - uint64(a.base))
+	}
 	e.state.Store(entryLive)
 }
 
@@ -172,8 +200,21 @@ func (p *Provider) addLink(l *link) {
 	p.links[l] = struct{}{}
 	st := p.pdState(l.pd)
 	st.links[l] = struct{}{}
-	for _, ri := range st.regions {
-		l.publish(ri)
+	for _, pr := range st.regions {
+		l.publish(pr)
+	}
+}
+
+// sendArenas hands the peer the arenas of the published registrations,
+// once the handshake is over, and from then on with each registration.
+func (p *Provider) sendArenas(l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l.started = true
+	if st := p.pds[l.pd]; st != nil {
+		for _, pr := range st.regions {
+			l.sendArena(pr.arena)
+		}
 	}
 }
 

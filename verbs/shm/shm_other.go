@@ -40,3 +40,13 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 func (p *Provider) Stats() []ConnStats { return nil }
 
 var _ verbs.Provider = (*Provider)(nil)
+
+// Alloc fails: the shared allocator needs Linux.
+func (p *Provider) Alloc(n int) ([]byte, error) {
+	return nil, fmt.Errorf("%w: allocate %d bytes", errUnsupported, n)
+}
+
+// Free fails: nothing was allocated.
+func (p *Provider) Free(b []byte) error {
+	return fmt.Errorf("%w: free", errUnsupported)
+}

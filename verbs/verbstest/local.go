@@ -164,7 +164,21 @@ type localQP struct {
 	qp  *verbs.QP
 
 	mu      sync.Mutex
-	pending []verbs.WC // polled but not yet returned
+	pending []verbs.WC            // polled but not yet returned
+	allocd  map[*localMR]struct{} // regions from a RegionAllocator
+}
+
+// RegionAllocator is an optional ability of a provider given to the suite
+// (Env.Provider) or to NewLocalPeer (and so to PeerProcessMain): the
+// regions of its queue pairs (PeerQP.Register, guards included) then come
+// from AllocRegion rather than the Go heap, and go back with FreeRegion
+// when their queue pair is closed (the suite may read a region after
+// deregistering it). A provider with an
+// allocator of its own (memory it maps in both processes, say) runs the
+// suite over that memory by offering this.
+type RegionAllocator interface {
+	AllocRegion(n int) ([]byte, error)
+	FreeRegion(b []byte) error
 }
 
 func newLocalQP(d *verbs.Device, spec QPSpec) (*localQP, error) {
@@ -197,7 +211,16 @@ func (q *localQP) Register(size int, access mreg.Access) (PeerMR, error) {
 }
 
 func (q *localQP) register(size int, access mreg.Access) (*localMR, error) {
-	buf := make([]byte, Guard+size+Guard)
+	ra, _ := q.dev.Provider().(RegionAllocator)
+	var buf []byte
+	if ra != nil {
+		var err error
+		if buf, err = ra.AllocRegion(Guard + size + Guard); err != nil {
+			return nil, err
+		}
+	} else {
+		buf = make([]byte, Guard+size+Guard)
+	}
 	for i := range buf {
 		buf[i] = GuardByte
 	}
@@ -207,9 +230,22 @@ func (q *localQP) register(size int, access mreg.Access) (*localMR, error) {
 	}
 	mr, err := q.pd.RegisterMR(region, access)
 	if err != nil {
+		if ra != nil {
+			ra.FreeRegion(buf)
+		}
 		return nil, err
 	}
-	return &localMR{buf: buf, mr: mr}, nil
+	m := &localMR{buf: buf, mr: mr}
+	if ra != nil {
+		m.ra = ra
+		q.mu.Lock()
+		if q.allocd == nil {
+			q.allocd = make(map[*localMR]struct{})
+		}
+		q.allocd[m] = struct{}{}
+		q.mu.Unlock()
+	}
+	return m, nil
 }
 
 func sgl(in []PeerSGE) []verbs.SGE {
@@ -276,6 +312,14 @@ func (q *localQP) Disconnect() error { return q.qp.Disconnect() }
 func (q *localQP) Close() error {
 	err := q.qp.Close()
 	q.cq.Close()
+	q.mu.Lock()
+	allocd := q.allocd
+	q.allocd = nil
+	q.mu.Unlock()
+	for m := range allocd {
+		m.mr.Deregister()
+		m.ra.FreeRegion(m.buf)
+	}
 	return err
 }
 
@@ -283,6 +327,7 @@ func (q *localQP) Close() error {
 type localMR struct {
 	buf []byte // guard, region, guard
 	mr  *verbs.MR
+	ra  RegionAllocator // where buf came from (freed when the queue pair closes), or nil
 }
 
 func (m *localMR) Addr() uint64   { return m.mr.Addr() }

@@ -1,0 +1,265 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+// The shared allocator. Alloc hands out memory that lives in an arena: a
+// sealed memfd of its own, mapped shared. When a region registered in an
+// arena is published to a connection, the arena's memfd goes first to the
+// peer over the connection's Unix socket (SCM_RIGHTS), and the published
+// entry names the arena and the region's offset in it. The peer's watcher
+// maps the arena; from then on the peer's initiator moves the bytes of an
+// RDMA WRITE or READ into or out of the region with a plain copy into its
+// own mapping, after the checks of the cross-memory-attach path, without
+// a system call and without this side's CPU.
+//
+// Lifetime: Free refuses an arena while a registration of this provider
+// lies in it; after the last deregistration no peer starts a copy into it
+// (the access protocol of MemoryDeregistered), Free unmaps it and closes
+// its memfd and tells the peers that mapped it to drop their mappings. A
+// peer's mapping keeps the pages alive until the peer unmaps it, so a late
+// copy by a peer touches only pages no one else uses any more. A peer
+// drops every mapping it holds when the connection ends.
+
+// Socket messages after the handshake (little-endian, 24 bytes): magic
+// u32, kind u8, 0 u8 x3, arena id u32, 0 u32, size u64. arenaAdd carries
+// the arena's memfd.
+const (
+	arenaMsgLen  = 24
+	arenaAdd     = 1
+	arenaDrop    = 2
+	maxArena     = 1 << 40 // largest arena a peer maps
+	maxPeerArena = 1 << 16 // most arenas a peer maps per connection
+	arenaSendTO  = time.Second
+)
+
+// arena is one allocation of the shared allocator.
+type arena struct {
+	id   uint32
+	fd   int
+	m    []byte // the whole mapping (whole pages)
+	base uintptr
+	regs int // live registrations of this provider inside it
+}
+
+// contains reports whether [addr, addr+n) lies in the arena.
+func (a *arena) contains(addr, n uint64) bool {
+	b := uint64(a.base)
+	return addr >= b && addr-b <= uint64(len(a.m)) && n <= uint64(len(a.m))-(addr-b)
+}
+
+// Alloc returns n bytes of zeroed, page-aligned memory from the shared
+// allocator: a memfd of its own (the allocation rounded up to whole pages),
+// mapped shared. Registered with a device of this provider, the memory is
+// mapped by the peers the registration is published to, so that their RDMA
+// WRITEs and READs into it are plain copies, with no system call (see the
+// package documentation). A peer that maps it can write any byte of the
+// allocation: register such memory only for peers trusted as much as with
+// cross-memory attach. Memory from Alloc may be registered with other
+// providers too, like any memory.
+//
+// Alloc returns an error wrapping mreg.ErrInvalid if n is not positive, or
+// the system's error if the memfd or the mapping fails. Return the memory
+// with Free. It is safe for concurrent use.
+func (p *Provider) Alloc(n int) ([]byte, error) {
+	ps := os.Getpagesize()
+	if n <= 0 || uint64(n) > maxArena {
+		return nil, fmt.Errorf("exs: shm: allocate %d bytes: %w", n, mreg.ErrInvalid)
+	}
+	size := (n + ps - 1) &^ (ps - 1)
+	fd, m, err := createArena(uint64(size))
+	if err != nil {
+		return nil, err
+	}
+	a := &arena{fd: fd, m: m, base: uintptrOf(m)}
+	p.mu.Lock()
+	p.nextArena++
+	if p.nextArena == 0 {
+		p.nextArena++
+	}
+	a.id = p.nextArena
+	p.arenas[a.base] = a
+	p.mu.Unlock()
+	return m[:n:n], nil
+}
+
+// Free returns memory obtained from Alloc: b must start at the first byte
+// Alloc returned. It returns an error wrapping mreg.ErrBusy, and keeps the
+// memory, while a region of this provider registered in it is live; one
+// wrapping mreg.ErrInvalid for memory Alloc did not return or that was
+// already freed. The peers that mapped the memory drop their mappings. It
+// is safe for concurrent use.
+func (p *Provider) Free(b []byte) error {
+	if len(b) == 0 && cap(b) == 0 {
+		return fmt.Errorf("exs: shm: free memory not from Alloc: %w", mreg.ErrInvalid)
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	p.mu.Lock()
+	a := p.arenas[base]
+	switch {
+	case a == nil:
+		p.mu.Unlock()
+		return fmt.Errorf("exs: shm: free memory not from Alloc: %w", mreg.ErrInvalid)
+	case a.regs > 0:
+		p.mu.Unlock()
+		return fmt.Errorf("exs: shm: free memory with %d live registrations: %w", a.regs, mreg.ErrBusy)
+	}
+	delete(p.arenas, base)
+	for l := range p.links {
+		if _, ok := l.arenasSent[a.id]; ok {
+			delete(l.arenasSent, a.id)
+			l.sendArenaMsg(arenaDrop, a, -1)
+		}
+	}
+	p.mu.Unlock()
+	err := unix.Munmap(a.m)
+	unix.Close(a.fd)
+	if err != nil {
+		return fmt.Errorf("exs: shm: munmap of %d bytes: %w", len(a.m), err)
+	}
+	return nil
+}
+
+// arenaOf returns the arena [addr, addr+n) lies in, or nil. Called with
+// p.mu held.
+func (p *Provider) arenaOf(addr, n uint64) *arena {
+	for _, a := range p.arenas {
+		if a.contains(addr, n) {
+			return a
+		}
+	}
+	return nil
+}
+
+// createArena makes a sealed memfd of size bytes and maps it shared.
+func createArena(size uint64) (int, []byte, error) {
+	fd, err := unix.MemfdCreate("exs-shm-alloc", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, fmt.Errorf("exs: shm: memfd_create: %w", err)
+	}
+	if err = unix.Ftruncate(fd, int64(size)); err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, wantSeals)
+	}
+	var m []byte
+	if err == nil {
+		m, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("exs: shm: shared allocation of %d bytes: %w", size, err)
+	}
+	return fd, m, nil
+}
+
+// sendArena hands the arena's memfd to the peer once, if the connection
+// is running. Called with p.mu held.
+func (l *link) sendArena(a *arena) {
+	if a == nil || !l.started {
+		return
+	}
+	if _, ok := l.arenasSent[a.id]; ok {
+		return
+	}
+	if l.sendArenaMsg(arenaAdd, a, a.fd) == nil {
+		l.arenasSent[a.id] = struct{}{}
+	}
+}
+
+// sendArenaMsg writes an arena message to the socket. A failure leaves
+// the peer without the mapping: it then uses cross-memory attach or the
+// ring.
+func (l *link) sendArenaMsg(kind byte, a *arena, fd int) error {
+	var b [arenaMsgLen]byte
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	b[4] = kind
+	binary.LittleEndian.PutUint32(b[8:], a.id)
+	binary.LittleEndian.PutUint64(b[16:], uint64(len(a.m)))
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	l.conn.SetWriteDeadline(time.Now().Add(arenaSendTO))
+	_, _, err := l.conn.WriteMsgUnix(b[:], oob, nil)
+	l.conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// onArenaMsg handles a message of the peer's socket: an arena to map or
+// to drop. Anything else is ignored; received descriptors are closed.
+func (l *link) onArenaMsg(b []byte, fds []int) {
+	defer closeFDs(fds)
+	if len(b) != arenaMsgLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+		return
+	}
+	id := binary.LittleEndian.Uint32(b[8:])
+	size := binary.LittleEndian.Uint64(b[16:])
+	switch b[4] {
+	case arenaAdd:
+		if id == 0 || len(fds) != 1 || size == 0 || size > maxArena || size%pageSize != 0 {
+			return
+		}
+		m, err := mapPeer(fds[0], size)
+		if err != nil {
+			return
+		}
+		l.txMu.Lock()
+		if l.dead || l.peerArenas[id] != nil || len(l.peerArenas) >= maxPeerArena {
+			l.txMu.Unlock()
+			unix.Munmap(m)
+			return
+		}
+		l.peerArenas[id] = m
+		l.txMu.Unlock()
+	case arenaDrop:
+		l.txMu.Lock()
+		m := l.peerArenas[id]
+		delete(l.peerArenas, id)
+		l.txMu.Unlock()
+		if m != nil {
+			unix.Munmap(m)
+		}
+	}
+}
+
+// dropPeerArenas unmaps every arena of the peer. Called once the link is
+// dead, so that no copy uses them.
+func (l *link) dropPeerArenas() {
+	l.txMu.Lock()
+	ms := l.peerArenas
+	l.peerArenas = nil
+	l.txMu.Unlock()
+	for _, m := range ms {
+		unix.Munmap(m)
+	}
+}
+
+// arenaSpan returns the bytes of the peer's region that m names, in this
+// side's mapping of the arena the entry says the region lies in, or false
+// if that arena is not mapped here or the entry does not fit in it. ri has
+// passed Check for m, and was read from e. Called with txMu held.
+func (l *link) arenaSpan(e *entry, ri verbs.RegionInfo, raddr uint64, n int) ([]byte, bool) {
+	id := e.arena.Load()
+	if id == 0 {
+		return nil, false
+	}
+	a := l.peerArenas[id]
+	if a == nil {
+		return nil, false
+	}
+	off := e.arenaOff.Load()
+	if off > uint64(len(a)) || ri.Len > uint64(len(a))-off {
+		return nil, false
+	}
+	start := off + (raddr - ri.Addr)
+	return a[start : start+uint64(n) : start+uint64(n)], true
+}
