@@ -213,3 +213,56 @@ func (h *MHandle) check(st *Stack, buf []byte, need Access) error {
 func addrOf(buf []byte) uint64 {
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 }
+
+// Allocator is an optional ability of a verbs.Provider: memory of its own
+// for registration. The same-host provider offers one (shm.Provider.Alloc
+// and Free): memory that peers on the host map, so that they write it with
+// a plain copy, without a system call.
+type Allocator interface {
+	Alloc(n int) ([]byte, error)
+	Free(b []byte) error
+}
+
+// Alloc returns n bytes of zeroed, page-aligned memory for Mregister: from
+// the allocator of the first of the stack's providers (in the order of
+// their schemes) that offers one (Allocator), otherwise from mreg.Alloc.
+// Return it with Free once every handle on it is deregistered. Alloc
+// returns an error matching ErrInvalid if n is not positive.
+func (st *Stack) Alloc(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, opErr("alloc", "", fmt.Errorf("%w: allocate %d bytes", ErrInvalid, n))
+	}
+	for _, d := range st.devs {
+		if a, ok := d.dev.Provider().(Allocator); ok {
+			b, err := a.Alloc(n)
+			return b, opErr("alloc", "", err)
+		}
+	}
+	b, err := mreg.Alloc(n)
+	return b, opErr("alloc", "", err)
+}
+
+// Free returns memory from Alloc (b starting at its first byte). It
+// returns an error matching ErrBusy (and mreg.ErrBusy) if the provider's
+// allocator still sees the memory registered, and one matching ErrInvalid
+// (and mreg.ErrInvalid) for memory Alloc did not return or already freed.
+func (st *Stack) Free(b []byte) error {
+	for _, d := range st.devs {
+		if a, ok := d.dev.Provider().(Allocator); ok {
+			err := a.Free(b)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, mreg.ErrBusy):
+				return opErr("free", "", fmt.Errorf("%w: %w", ErrBusy, err))
+			case !errors.Is(err, mreg.ErrInvalid):
+				return opErr("free", "", err)
+			}
+			break
+		}
+	}
+	if err := mreg.Free(b); err != nil {
+		return opErr("free", "", fmt.Errorf("%w: %w", ErrInvalid, err))
+	}
+	return nil
+}
