@@ -99,19 +99,30 @@ message).`,
 		{name: "server", synopsis: "[flags]", short: "serve measurements for exsperf client (another process or host)",
 			long: `Listens for exsperf clients and serves one measurement at a time: the
 receiving side of streams and the echoing side of ping-pongs. The address
-names the provider: tcp:HOST:PORT is the plain-TCP anchor; exs over a verbs
-provider would be exs+PROVIDER:ADDR, but no provider crosses processes yet.`,
+names the provider: tcp:HOST:PORT is the plain-TCP anchor; shm:PATH (or
+exs+shm:PATH) is exs over the same-host provider, PATH being the Unix socket
+it binds (two processes of one Linux host).
+
+Over exs, the client keeps one control connection to ADDR (an exs stream
+socket) and sends each measurement's request on it (a 4-byte big-endian
+length, then JSON: test, mode, size, outstanding sends and recvs, stream
+buffer, warm-up, duration, wait mode); the server listens on ADDR.N (N
+counting its measurements) in that mode, answers with that address, accepts
+the data connection, receives (stream) or echoes (ping-pong), and for a
+stream replies on the control connection with the bytes, the interval and
+its own CPU time over it (getrusage RUSAGE_SELF).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &serverOpts{}
 				o.register(fs)
 				return func(ctx context.Context, e *env) error { return runServer(ctx, e, o, false) }
 			}},
 		{name: "client", synopsis: "[flags] ADDR", short: "measure against an exsperf server at ADDR",
-			long: `Streams to an exsperf server (ADDR is tcp:HOST:PORT, HOST:PORT or HOST, port
-5201 by default: the plain-TCP anchor) for each size and prints throughput and
-each side's CPU time (RUSAGE_SELF of each process); with --lat, also ping-pong
-latency. exs+PROVIDER:ADDR will name exs over a provider that crosses
-processes, when one exists.`,
+			long: `Streams to an exsperf server for each size and prints throughput and each
+side's CPU time (RUSAGE_SELF of each process); with --lat, also ping-pong
+latency. ADDR (or --addr) is tcp:HOST:PORT, HOST:PORT or HOST (port 5201 by
+default): the plain-TCP anchor; or shm:PATH (exs+shm:PATH): exs over the
+same-host provider, each size in each of --modes, with the percentage of
+bytes sent directly (see "exsperf help server" for the protocol).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &clientOpts{}
 				o.register(fs)
@@ -201,7 +212,7 @@ Subcommands:
 			commandUsage(w, &cmds[i])
 		}
 	}
-	fmt.Fprintf(w, "\nTransports (--transport): auto (%s for now), %s.\n", autoTransport, transportNames())
+	fmt.Fprintf(w, "\nTransports (--transport): auto (%s; exs where the same-host provider cannot run, said in the header), %s.\n", autoTransport, transportNames())
 	for _, t := range transports {
 		fmt.Fprintf(w, "  %-9s %s\n", t.name, t.help)
 	}

@@ -157,6 +157,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	fmt.Fprintln(out, title)
 	fmt.Fprintf(out, "host: %s\n", host)
 	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
+	rep.Notes = append(rep.Notes, transportNotes(tr)...)
 	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, sizeName(o.ring), o.timing())
 	for _, n := range rep.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
@@ -223,6 +224,12 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	fmt.Fprintln(out)
+	if n := pathNotes(tr); len(n) > 0 {
+		rep.Notes = append(rep.Notes, n...)
+		for _, l := range n {
+			fmt.Fprintf(out, "path: %s\n", l)
+		}
+	}
 	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP: the median as a multiple of the copy() x1 and TCP rows of the same size.")
 	fmt.Fprintln(out, "CPU s/GB: CPU seconds per GB received; '-' where a side's time cannot be told apart.")
 	if !engineOnly && tr.Name() == "engine" {
@@ -230,6 +237,15 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	}
 	if o.json != "" {
 		return writeJSON(o.json, e.stdout, rep)
+	}
+	return nil
+}
+
+// pathNotes says, after the measurements, how a transport that crosses
+// processes moved the bytes (from its provider's statistics).
+func pathNotes(t transport) []string {
+	if p, ok := t.(*exsProcTransport); ok {
+		return p.notes()
 	}
 	return nil
 }

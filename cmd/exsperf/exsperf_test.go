@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,7 +121,7 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"transport: " + autoTransport, "congestion control", "copy() x1 and x2"} {
+	for _, s := range []string{"transport: " + autoTransport, "congestion control", "copy() x1 and x2", "path: "} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not say %q:\n%s", s, out)
 		}
@@ -307,9 +308,70 @@ func TestServerClient(t *testing.T) {
 	}
 }
 
+// TestServerClientShm runs a server on an shm: address and a client
+// against it: streams in every mode and ping-pongs, both socket ends in
+// this process over the same-host provider.
+func TestServerClientShm(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the same-host provider needs Linux")
+	}
+	dir, err := os.MkdirTemp("", "exsperf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	addr := "shm:" + filepath.Join(dir, "s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(sctx, []string{"server", "--addr", addr}, pw, io.Discard)
+		pw.Close()
+	}()
+	if line, err := bufio.NewReader(pr).ReadString('\n'); err != nil || !strings.Contains(line, addr) {
+		t.Fatalf("server said %q: %v", line, err)
+	}
+	go io.Copy(io.Discard, pr)
+	var out bytes.Buffer
+	err = run(ctx, []string{"client", "-t", "20ms", "-w", "5ms", "-q", "--sizes", "64,64K", "--lat", "--wait", "block", "--verify", "--addr", addr}, &out, io.Discard)
+	stop()
+	if serr := <-done; serr != nil {
+		t.Errorf("server: %v", serr)
+	}
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, out.String())
+	}
+	rows := tableRows(t, out.String())
+	if len(rows) != 2+2*3+2*3 {
+		t.Fatalf("%d rows, want 14:\n%s", len(rows), out.String())
+	}
+	for _, r := range rows[1:7] {
+		if v := number(t, r[3]); !(v > 0) {
+			t.Errorf("row %q: throughput %v", r, v)
+		}
+		pct := number(t, r[4])
+		if r[1] == "direct-only" && pct != 100 || r[1] == "indirect-only" && pct != 0 || math.IsNaN(pct) {
+			t.Errorf("row %q: %v%% direct", r, pct)
+		}
+		if cpu := number(t, r[7]); !(cpu > 0) {
+			t.Errorf("row %q: CPU total %v", r, cpu)
+		}
+	}
+	for _, r := range rows[8:] {
+		if n := number(t, r[3]); !(n > 0) {
+			t.Errorf("latency row %q without round trips", r)
+		}
+	}
+	if !strings.Contains(out.String(), "cross-memory attach") {
+		t.Errorf("the client does not say how the provider moved the bytes:\n%s", out.String())
+	}
+}
+
 func TestHelp(t *testing.T) {
 	out := exsperf(t, "-h")
-	for _, s := range []string{"compare", "engine", "sweep", "lat", "rate", "server", "client", "-rtt", "-bandwidth", "-sizes", "-json", "-out", "-wait", "-listen", "tcp-proc"} {
+	for _, s := range []string{"compare", "engine", "sweep", "lat", "rate", "server", "client", "-rtt", "-bandwidth", "-sizes", "-json", "-out", "-wait", "-listen", "tcp-proc", "exs-shm", "shm:PATH"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("help does not mention %q", s)
 		}
@@ -343,10 +405,12 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"sweep", "--bandwidth", "fast"}, true, "bad bandwidth"},
 		{[]string{"lat", "--wait", "sometimes"}, true, "bad wait mode"},
 		{[]string{"client"}, true, "one address"},
-		{[]string{"client", "shm:x"}, true, "not available yet"},
+		{[]string{"client", "--addr", "shm:x", "shm:y"}, true, "one address"},
+		{[]string{"client", "--sends", "0", "shm:x"}, true, "--sends"},
+		{[]string{"client", "--modes", "fast", "shm:x"}, true, "unknown mode"},
+		{[]string{"client", "exs+iwarp:x"}, true, "no such exs provider"},
 		{[]string{"client", "inproc:x"}, true, "cannot reach another process"},
 		{[]string{"client", "exs+inproc:x"}, true, "cannot reach another process"},
-		{[]string{"client", "exs+shm:x"}, true, "not available yet"},
 		{[]string{"server", "--listen", "nonsense"}, true, "bad address"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

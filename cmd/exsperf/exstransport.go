@@ -51,17 +51,32 @@ func exsWait(w waitMode) exs.WaitMode {
 	return exs.WaitAdaptive
 }
 
-// exsPair is a connected pair of sockets: cs (connected) sends, rs
-// (accepted) receives. Each has its queue and one registered region.
+// exsSocketOptions are the socket options of a measurement connection.
+func exsSocketOptions(p pairParams, w waitMode) []exs.Option {
+	frames := min(exs.MaxFrames, max(exs.DefaultFrames, 4*max(p.Sends, p.Recvs)))
+	return []exs.Option{exs.WithMode(exsMode(p.Mode)), exs.WithStreamBuffer(max(1, p.Ring)),
+		exs.WithOutstanding(max(p.Sends, 1), max(p.Recvs, 1)), exs.WithFrames(frames), exs.WithWaitMode(exsWait(w))}
+}
+
+// exsEnd is one end of a measurement connection: its stack, socket and
+// queue. The stream and ping-pong loops below are written for one end, so
+// that a pair in one process and the two processes of server and client
+// run the same code.
+type exsEnd struct {
+	p  pairParams
+	st *exs.Stack
+	s  *exs.Socket
+	q  *exs.Queue
+}
+
+// exsPair is a connected pair of sockets of one stack: cs (connected)
+// sends, rs (accepted) receives. Each has its queue.
 type exsPair struct {
 	p      pairParams
 	wait   waitMode
 	st     *exs.Stack
-	cs, rs *exs.Socket
-	cq, rq *exs.Queue
+	cs, rs exsEnd
 	closed bool
-
-	streamResult result
 }
 
 func (exsTransport) Open(ctx context.Context, p pairParams) (pair, error) {
@@ -72,9 +87,7 @@ func (exsTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	if w == 0 {
 		w = waitAdaptive
 	}
-	frames := min(exs.MaxFrames, max(exs.DefaultFrames, 4*max(p.Sends, p.Recvs)))
-	st, err := exs.NewStack(exs.WithMode(exsMode(p.Mode)), exs.WithStreamBuffer(p.Ring),
-		exs.WithOutstanding(max(p.Sends, 1), max(p.Recvs, 1)), exs.WithFrames(frames), exs.WithWaitMode(exsWait(w)))
+	st, err := exs.NewStack(exsSocketOptions(p, w)...)
 	if err != nil {
 		return nil, err
 	}
@@ -91,55 +104,94 @@ func (xp *exsPair) connect(ctx context.Context) error {
 	defer cancel()
 	st := xp.st
 	addr := fmt.Sprintf("inproc:exsperf-%d-%d", os.Getpid(), exsPairs.Add(1))
-	depth := xp.p.Sends + xp.p.Recvs + 8
-	var err error
-	if xp.cq, err = st.Qcreate(depth); err != nil {
-		return err
-	}
-	if xp.rq, err = st.Qcreate(depth); err != nil {
-		return err
-	}
-	ls, err := st.Socket(exs.SockStream)
+	ls, err := exsListen(st, addr)
 	if err != nil {
 		return err
 	}
-	if err := ls.Bind(addr); err != nil {
+	rq, err := exsQueue(st, xp.p)
+	if err != nil {
 		return err
 	}
-	if err := ls.Listen(); err != nil {
+	if err := ls.Accept(rq, nil); err != nil {
 		return err
 	}
-	if err := ls.Accept(xp.rq, nil); err != nil {
+	cs, err := exsDial(ctx, st, addr, xp.p)
+	if err != nil {
 		return err
 	}
-	if xp.cs, err = st.Socket(exs.SockStream); err != nil {
-		return err
-	}
-	if err := xp.cs.Connect(xp.cq, addr, nil); err != nil {
-		return err
-	}
-	ev, err := dequeueOne(ctx, xp.rq)
+	xp.cs = cs
+	ev, err := dequeueOne(ctx, rq)
 	if err != nil {
 		return fmt.Errorf("exs: accept: %w", err)
 	}
 	if ev.Err != nil {
 		return ev.Err
 	}
-	xp.rs = ev.Accepted
-	if ev, err = dequeueOne(ctx, xp.cq); err != nil {
-		return fmt.Errorf("exs: connect: %w", err)
-	}
-	if ev.Err != nil {
-		return ev.Err
-	}
+	xp.rs = exsEnd{p: xp.p, st: st, s: ev.Accepted, q: rq}
 	// The listening socket is done; its close event goes to rq.
-	if err := ls.Close(xp.rq, nil); err != nil {
+	return exsCloseListener(ctx, ls, rq)
+}
+
+// exsQueue creates a queue deep enough for the operations of p.
+func exsQueue(st *exs.Stack, p pairParams) (*exs.Queue, error) {
+	return st.Qcreate(p.Sends + p.Recvs + 8)
+}
+
+// exsListen makes a listening stream socket on addr, with the stack's
+// options.
+func exsListen(st *exs.Stack, addr string) (*exs.Socket, error) {
+	ls, err := st.Socket(exs.SockStream)
+	if err != nil {
+		return nil, err
+	}
+	if err := ls.Bind(addr); err != nil {
+		return nil, err
+	}
+	if err := ls.Listen(); err != nil {
+		return nil, err
+	}
+	return ls, nil
+}
+
+// exsCloseListener closes a listening socket and takes its close event
+// from q.
+func exsCloseListener(ctx context.Context, ls *exs.Socket, q *exs.Queue) error {
+	if err := ls.Close(q, nil); err != nil {
 		return err
 	}
-	if _, err := dequeueOne(ctx, xp.rq); err != nil {
-		return fmt.Errorf("exs: closing the listener: %w", err)
+	for {
+		ev, err := dequeueOne(ctx, q)
+		if err != nil {
+			return fmt.Errorf("exs: closing the listener: %w", err)
+		}
+		if ev.Type == exs.EventClose {
+			return nil
+		}
 	}
-	return nil
+}
+
+// exsDial connects a stream socket of st, with the stack's options, to
+// addr.
+func exsDial(ctx context.Context, st *exs.Stack, addr string, p pairParams) (exsEnd, error) {
+	q, err := exsQueue(st, p)
+	if err != nil {
+		return exsEnd{}, err
+	}
+	s, err := st.Socket(exs.SockStream)
+	if err != nil {
+		return exsEnd{}, err
+	}
+	if err := s.Connect(q, addr, nil); err != nil {
+		return exsEnd{}, err
+	}
+	ev, err := dequeueOne(ctx, q)
+	if err != nil {
+		return exsEnd{}, fmt.Errorf("exs: connect: %w", err)
+	}
+	if ev.Err != nil {
+		return exsEnd{}, ev.Err
+	}
+	return exsEnd{p: p, st: st, s: s, q: q}, nil
 }
 
 func dequeueOne(ctx context.Context, q *exs.Queue) (exs.Event, error) {
@@ -158,9 +210,9 @@ func (xp *exsPair) Close() error {
 }
 
 // region registers n buffers of size bytes in one handle.
-func (xp *exsPair) region(n, size int, access exs.Access) ([][]byte, *exs.MHandle, error) {
+func (e *exsEnd) region(n, size int, access exs.Access) ([][]byte, *exs.MHandle, error) {
 	mem := makeBufs(1, n*size)[0]
-	mh, err := xp.st.Mregister(mem, access)
+	mh, err := e.st.Mregister(mem, access)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,76 +233,22 @@ type sockMark struct {
 }
 
 func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
-	p := xp.p
-	sbufs, smh, err := xp.region(p.Sends, p.Size, exs.AccessRead)
-	if err != nil {
-		return result{}, err
-	}
-	rbufs, rmh, err := xp.region(p.Recvs, p.Size, exs.AccessWrite)
-	if err != nil {
-		return result{}, err
-	}
 	var stop atomic.Bool
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	var serr error
 	wg.Add(1)
-	go func() { // the sender
+	go func() { // the sender; owner: this function, which stops it below
 		defer wg.Done()
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		serr = xp.sender(sbufs, smh, &stop, &sent)
+		serr = xp.cs.sender(&stop, &sent)
 	}()
-	rerr := func() error { // the receiver
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		var m [2]sockMark
-		var off uint64
-		for i := range rbufs {
-			if err := xp.rs.Recv(xp.rq, rbufs[i], rmh, 0, nil); err != nil {
-				return err
-			}
-		}
-		events := make([]exs.Event, len(rbufs))
-		var bytes int64
-		next := 0
-		start := time.Now()
-		win := window{warmup: warmup, d: d}
-		for win.phase < 2 {
-			n, err := xp.rq.Dequeue(events, 1, 100*time.Millisecond)
-			if err != nil && !errors.Is(err, exs.ErrTimeout) {
-				return err
-			}
-			for _, ev := range events[:n] {
-				if ev.Err != nil {
-					return fmt.Errorf("exs: recv: %w", ev.Err)
-				}
-				if ev.N == 0 {
-					return errors.New("exs: recv: unexpected end of stream")
-				}
-				buf := rbufs[next]
-				if p.Verify {
-					if i := checkPattern(buf[:ev.N], off, byte(p.Seed)); i >= 0 {
-						return fmt.Errorf("exs: recv: wrong byte at stream offset %d", off+uint64(i))
-					}
-					off += uint64(ev.N)
-				}
-				bytes += int64(ev.N)
-				if err := xp.rs.Recv(xp.rq, buf, rmh, 0, nil); err != nil {
-					return err
-				}
-				next = (next + 1) % len(rbufs)
-			}
-			if e := win.check(time.Since(start)); e != edgeNone {
-				m[e-1] = sockMark{time.Now(), bytes, sent.Load(), processCPU(), xp.cs.Stats()}
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-		}
-		xp.streamResult = xp.result(m)
-		return nil
-	}()
+	var m [2]sockMark
+	rerr := xp.rs.receiver(ctx, warmup, d, func(edge int, bytes int64) bool {
+		m[edge-1] = sockMark{time.Now(), bytes, sent.Load(), processCPU(), xp.cs.s.Stats()}
+		return edge != edgeEnd
+	})
 	stop.Store(true)
 	// Closing the stack cancels what is outstanding and wakes the sender.
 	xp.Close()
@@ -261,34 +259,111 @@ func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	if serr != nil {
 		return result{}, serr
 	}
-	return xp.streamResult, nil
+	return exsResult(m, xp.wait), nil
 }
 
-func (xp *exsPair) result(m [2]sockMark) result {
-	s0, s1 := m[0].stats, m[1].stats
+// exsResult is the result of a stream between two marks taken in one
+// process: its CPU time is the whole process's.
+func exsResult(m [2]sockMark, w waitMode) result {
+	r := exsDirect(m[0].stats, m[1].stats)
+	r.Bytes, r.Msgs, r.Elapsed = m[1].bytes-m[0].bytes, m[1].msgs-m[0].msgs, m[1].at.Sub(m[0].at)
+	r.CPUSend, r.CPURecv, r.CPUTotal = -1, -1, cpuDelta(m[0].cpu, m[1].cpu)
+	r.Note = "wait " + w.String()
+	return r
+}
+
+// exsDirect is a result with the direct and indirect counts of the sender
+// between two of its statistics.
+func exsDirect(s0, s1 exs.Stats) result {
 	return result{
-		Bytes: m[1].bytes - m[0].bytes, Msgs: m[1].msgs - m[0].msgs, Elapsed: m[1].at.Sub(m[0].at),
 		HasDirect:     true,
 		BytesDirect:   s1.BytesDirect - s0.BytesDirect,
 		BytesIndirect: s1.BytesIndirect - s0.BytesIndirect,
 		XfersDirect:   s1.TransfersDirect - s0.TransfersDirect,
 		XfersIndirect: s1.TransfersIndirect - s0.TransfersIndirect,
-		CPUSend:       -1, CPURecv: -1, CPUTotal: cpuDelta(m[0].cpu, m[1].cpu),
-		Note: "wait " + xp.wait.String(),
 	}
 }
 
-// sender keeps every send buffer posted until stop; sends complete in order,
-// so the i-th completion frees buffer i mod len(bufs).
-func (xp *exsPair) sender(bufs [][]byte, mh *exs.MHandle, stop *atomic.Bool, sent *atomic.Int64) error {
-	p := xp.p
+// receiver keeps Recvs recvs of Size bytes posted and times the measured
+// interval: at each edge it calls mark with the bytes received so far,
+// which says whether to go on receiving. After the interval it goes on until mark says stop, or
+// until the stream ends or breaks (then it returns nil).
+func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark func(edge int, bytes int64) bool) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := e.p
+	rbufs, rmh, err := e.region(p.Recvs, p.Size, exs.AccessWrite)
+	if err != nil {
+		return err
+	}
+	var off uint64
+	for i := range rbufs {
+		if err := e.s.Recv(e.q, rbufs[i], rmh, 0, nil); err != nil {
+			return err
+		}
+	}
+	events := make([]exs.Event, len(rbufs))
+	var bytes int64
+	next := 0
+	start := time.Now()
+	win := window{warmup: warmup, d: d}
+	for {
+		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
+		if err != nil && !errors.Is(err, exs.ErrTimeout) {
+			return err
+		}
+		for _, ev := range events[:n] {
+			if ev.Err != nil || ev.N == 0 {
+				if win.phase == 2 {
+					return nil // the sender went after the interval
+				}
+				if ev.Err != nil {
+					return fmt.Errorf("exs: recv: %w", ev.Err)
+				}
+				return errors.New("exs: recv: unexpected end of stream")
+			}
+			buf := rbufs[next]
+			if p.Verify {
+				if i := checkPattern(buf[:ev.N], off, byte(p.Seed)); i >= 0 {
+					return fmt.Errorf("exs: recv: wrong byte at stream offset %d", off+uint64(i))
+				}
+				off += uint64(ev.N)
+			}
+			bytes += int64(ev.N)
+			if err := e.s.Recv(e.q, buf, rmh, 0, nil); err != nil {
+				return err
+			}
+			next = (next + 1) % len(rbufs)
+		}
+		if win.phase < 2 {
+			if edge := win.check(time.Since(start)); edge != edgeNone {
+				if !mark(edge, bytes) {
+					return nil
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// sender keeps Sends sends of Size bytes posted until stop; sends complete
+// in order, so the i-th completion frees buffer i mod Sends. Errors after
+// stop are the end of the measurement, not failures.
+func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
+	p := e.p
+	bufs, mh, err := e.region(p.Sends, p.Size, exs.AccessRead)
+	if err != nil {
+		return err
+	}
 	var off uint64
 	post := func(b []byte) error {
 		if p.Verify {
 			fillPattern(b, off, byte(p.Seed))
 			off += uint64(len(b))
 		}
-		return xp.cs.Send(xp.cq, b, mh, 0, nil)
+		return e.s.Send(e.q, b, mh, 0, nil)
 	}
 	for _, b := range bufs {
 		if err := post(b); err != nil {
@@ -298,7 +373,7 @@ func (xp *exsPair) sender(bufs [][]byte, mh *exs.MHandle, stop *atomic.Bool, sen
 	events := make([]exs.Event, len(bufs))
 	next := 0
 	for {
-		n, err := xp.cq.Dequeue(events, 1, 100*time.Millisecond)
+		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
 		if stop.Load() {
 			return nil
 		}
@@ -331,56 +406,14 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 	if w != xp.wait {
 		return nil, fmt.Errorf("exs: pair opened for wait mode %v, not %v", xp.wait, w)
 	}
-	size := xp.p.Size
-	cb, cmh, err := xp.region(2, size, exs.AccessRead|exs.AccessWrite)
-	if err != nil {
-		return nil, err
-	}
-	rb, rmh, err := xp.region(2, size, exs.AccessRead|exs.AccessWrite)
-	if err != nil {
-		return nil, err
-	}
 	var stop atomic.Bool
 	echoErr := make(chan error, 1)
-	go func() {
+	go func() { // the echoing side; owner: this function, which stops it below
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		echoErr <- xp.echo(rb, rmh, &stop)
+		echoErr <- xp.rs.echo(&stop, false)
 	}()
-	rts, err := func() ([]time.Duration, error) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := xp.cs.Recv(xp.cq, cb[0], cmh, exs.MsgWaitAll, nil); err != nil {
-			return nil, err
-		}
-		events := make([]exs.Event, 2)
-		return pingLoop(ctx, warmup, d, func() error {
-			if err := xp.cs.Send(xp.cq, cb[1], cmh, 0, nil); err != nil {
-				return err
-			}
-			for got := 0; got < 2; {
-				n, err := xp.cq.DequeueContext(ctx, events, 1)
-				if err != nil {
-					return err
-				}
-				for _, ev := range events[:n] {
-					if ev.Err != nil {
-						return fmt.Errorf("exs: %v: %w", ev.Type, ev.Err)
-					}
-					if ev.Type == exs.EventRecv {
-						if ev.N != size {
-							return fmt.Errorf("exs: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
-						}
-						if err := xp.cs.Recv(xp.cq, cb[0], cmh, exs.MsgWaitAll, nil); err != nil {
-							return err
-						}
-					}
-					got++
-				}
-			}
-			return nil
-		})
-	}()
+	rts, err := xp.cs.ping(ctx, warmup, d)
 	stop.Store(true)
 	xp.Close()
 	if eerr := <-echoErr; err == nil && eerr != nil {
@@ -389,16 +422,75 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 	return rts, err
 }
 
-// echo answers every message received on rs with a message of the same
-// size, until stop.
-func (xp *exsPair) echo(bufs [][]byte, mh *exs.MHandle, stop *atomic.Bool) error {
-	size := xp.p.Size
-	if err := xp.rs.Recv(xp.rq, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
+// ping sends Size bytes and waits for Size bytes back, for warmup and then
+// for d, and returns the round trips of the measured interval.
+func (e *exsEnd) ping(ctx context.Context, warmup, d time.Duration) ([]time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	size := e.p.Size
+	cb, cmh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.s.Recv(e.q, cb[0], cmh, exs.MsgWaitAll, nil); err != nil {
+		return nil, err
+	}
+	events := make([]exs.Event, 2)
+	return pingLoop(ctx, warmup, d, func() error {
+		if err := e.s.Send(e.q, cb[1], cmh, 0, nil); err != nil {
+			return err
+		}
+		for got := 0; got < 2; {
+			n, err := e.q.DequeueContext(ctx, events, 1)
+			if err != nil {
+				return err
+			}
+			for _, ev := range events[:n] {
+				if ev.Err != nil {
+					return fmt.Errorf("exs: %v: %w", ev.Type, ev.Err)
+				}
+				if ev.Type == exs.EventRecv {
+					if ev.N != size {
+						return fmt.Errorf("exs: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
+					}
+					if err := e.s.Recv(e.q, cb[0], cmh, exs.MsgWaitAll, nil); err != nil {
+						return err
+					}
+				}
+				got++
+			}
+		}
+		return nil
+	})
+}
+
+// echo answers every message received with a message of the same size,
+// until stop, or until the connection ends or breaks after stop was set
+// or, with endOK, at any time (then it returns nil).
+func (e *exsEnd) echo(stop *atomic.Bool, endOK bool) error {
+	stopped := func() bool { return endOK || stop.Load() }
+	size := e.p.Size
+	bufs, mh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
+	if err != nil {
+		return err
+	}
+	if err := e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
 		return err
 	}
 	events := make([]exs.Event, 2)
+	// One send at a time from bufs[1]: an answer owed while the previous
+	// one is outstanding goes when that completes.
+	sending, owed := false, 0
+	send := func() error {
+		if sending || owed == 0 {
+			return nil
+		}
+		owed--
+		sending = true
+		return e.s.Send(e.q, bufs[1], mh, 0, nil)
+	}
 	for {
-		n, err := xp.rq.Dequeue(events, 1, 100*time.Millisecond)
+		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
 		if stop.Load() {
 			return nil
 		}
@@ -406,22 +498,25 @@ func (xp *exsPair) echo(bufs [][]byte, mh *exs.MHandle, stop *atomic.Bool) error
 			return err
 		}
 		for _, ev := range events[:n] {
-			if ev.Err != nil {
-				if stop.Load() {
+			if ev.Err != nil || ev.Type == exs.EventRecv && ev.N == 0 {
+				if stopped() {
 					return nil
 				}
 				return fmt.Errorf("exs: echo %v: %w", ev.Type, ev.Err)
 			}
-			if ev.Type != exs.EventRecv {
-				continue
+			switch ev.Type {
+			case exs.EventSend:
+				sending = false
+			case exs.EventRecv:
+				if ev.N != size {
+					return fmt.Errorf("exs: echo: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
+				}
+				if err := e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
+					return err
+				}
+				owed++
 			}
-			if ev.N != size {
-				return fmt.Errorf("exs: echo: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
-			}
-			if err := xp.rs.Recv(xp.rq, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
-				return err
-			}
-			if err := xp.rs.Send(xp.rq, bufs[1], mh, 0, nil); err != nil {
+			if err := send(); err != nil {
 				return err
 			}
 		}

@@ -90,10 +90,8 @@ type peerAddr struct {
 const defaultPort = "5201"
 
 // parsePeerAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST": the plain-TCP
-// anchor. "exs+PROVIDER:ADDR" names exs over a verbs provider (such as
-// exs+inproc:name); no provider crosses processes yet, so those are refused
-// with a clear message. Adding one means serving exs sessions in server.session
-// and returning its scheme here.
+// anchor. Addresses of exs over the same-host provider (shm:PATH) are taken
+// by exsAddr before; other exs addresses are refused with a clear message.
 func parsePeerAddr(s string, listen bool) (peerAddr, error) {
 	scheme, rest, found := strings.Cut(s, ":")
 	if found {
@@ -104,7 +102,7 @@ func parsePeerAddr(s string, listen bool) (peerAddr, error) {
 		case isExs && provider == "inproc", scheme == "inproc":
 			return peerAddr{}, fmt.Errorf("%q: the in-process provider cannot reach another process; run exsperf without server/client to measure it", s)
 		case isExs, scheme == "exs", scheme == "shm", scheme == "iwarp":
-			return peerAddr{}, fmt.Errorf("%q: exs over a provider that crosses processes is not available yet; use tcp:HOST:PORT for the plain-TCP anchor", s)
+			return peerAddr{}, fmt.Errorf("%q: no such exs provider here; use shm:PATH (exs over the same-host provider) or tcp:HOST:PORT (the plain-TCP anchor)", s)
 		}
 	}
 	host, port, err := net.SplitHostPort(s)

@@ -155,7 +155,8 @@ var transports = []struct {
 	help string
 	make func() (transport, error)
 }{
-	{"exs", "exs sockets over the in-process verbs provider (the socket API)", func() (transport, error) { return exsTransport{}, nil }},
+	{"exs-shm", "exs sockets to a child exsperf process over the same-host provider (shm:, Linux)", func() (transport, error) { return startExsProc(context.Background()) }},
+	{"exs", "exs sockets over the in-process verbs provider, both sides in this process", func() (transport, error) { return exsTransport{}, nil }},
 	{"engine", "dynproto engines over process memory, one goroutine (protocol cost only)", func() (transport, error) { return engineTransport{}, nil }},
 	{"tcp", "plain Go TCP over loopback, two goroutines in this process (anchor)", func() (transport, error) { return &tcpTransport{}, nil }},
 	{"tcp-proc", "plain Go TCP over loopback to a child exsperf process (anchor)", func() (transport, error) { return newProcTransport("tcp") }},
@@ -175,12 +176,17 @@ func transportNames() string {
 	return b.String()
 }
 
-// openTransport returns the transport called name; "auto" picks the first
-// one in the list whose pairs run the protocol engine and that is available,
-// preferring the socket API over the bare engine.
+// openTransport returns the transport called name. "auto" is exs-shm (a
+// child process as the peer over the same-host provider) or, when that
+// cannot run here, exs over the in-process provider, with a note that says
+// why (transportNotes).
 func openTransport(name string) (transport, error) {
 	if name == "auto" {
-		name = autoTransport
+		t, err := startExsProc(context.Background())
+		if err == nil {
+			return t, nil
+		}
+		return fallbackTransport{exsTransport{}, fmt.Sprintf("the same-host provider could not run here (%v): measured instead with exs over the in-process provider, both sides in this process", err)}, nil
 	}
 	for _, t := range transports {
 		if t.name == name {
@@ -190,9 +196,8 @@ func openTransport(name string) (transport, error) {
 	return nil, fmt.Errorf("unknown transport %q (want auto, %s)", name, transportNames())
 }
 
-// autoTransport is what "auto" means: the socket API over the in-process
-// provider.
-var autoTransport = "exs"
+// autoTransport is what "auto" means where the same-host provider runs.
+var autoTransport = "exs-shm"
 
 // window finds the edges of a measured interval: the first check at or after
 // warmup starts it, and the first check at least d after that start ends it,
