@@ -20,6 +20,11 @@
 // may forbid it); when it is not, every byte travels inline through the
 // rings, and the connection's statistics say so (Provider.Stats).
 //
+// Memory from the provider's shared allocator (Provider.Alloc) is a memfd
+// of its own that the peers a region in it is published to receive over
+// the socket and map: their RDMA WRITEs and READs into it are a plain
+// copy, with no system call at all.
+//
 // Each side runs one receiver goroutine per connection, which spins
 // briefly on empty rings and then sleeps on a futex in the shared mapping
 // that the peer wakes only when the receiver said it sleeps; and one
