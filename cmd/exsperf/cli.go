@@ -44,7 +44,15 @@ copy() once (the memory-copy limit of a direct transfer), copy() twice through
 a ring (an indirect transfer's copies), and a plain Go TCP stream over
 loopback. Prints throughput, the share of bytes sent directly and CPU seconds
 per GB for each side. Runs are taken in a seeded random order within each
-size, so that drift in the machine's speed does not favour one of them.`,
+size, so that drift in the machine's speed does not favour one of them.
+
+With --transport auto (the default) the other end is a child exsperf process,
+started for the run and reached over the same-host provider on an shm:
+address in a temporary directory removed at exit; each side's CPU time is its
+own process's (getrusage), the child reporting its own, and the last lines
+say whether bytes moved by cross-memory attach or through the rings. Where
+the child or the provider cannot run (outside Linux, for instance), the run
+uses exs over the in-process provider and says so in the header.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &streamOpts{}
 				o.register(fs, compareDefaults)
