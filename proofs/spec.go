@@ -24,8 +24,14 @@ var ErrSpec = errors.New("exs: malformed model-checking configuration")
 //
 //	mode=dynamic type=stream ring=2 frames=1 a.sends=1,2,3 a.shutdown b.recvs=2,1w,3 b.drain=3
 //
-// where a recv length followed by "w" is a MSG_WAITALL recv. Fields that are
-// zero or empty are left out.
+// where a recv length followed by "w" is a MSG_WAITALL recv. A "*" for a
+// length leaves it to a choice the application makes when it posts, among
+// a.choose (sends) or a.rchoose (recvs), as in
+//
+//	mode=dynamic type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=*,* b.rchoose=1,2w b.drain=3
+//
+// and the checker explores every choice. Fields that are zero or empty are
+// left out.
 //
 // A Spec is a plain value; Check and Replay only read it.
 type Spec struct {
@@ -77,33 +83,57 @@ func (s Spec) String() string {
 		p := string(rune('a' + i))
 		if len(sc.Sends) > 0 {
 			fmt.Fprintf(&b, " %s.sends=", p)
-			for k, n := range sc.Sends {
-				if k > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(strconv.Itoa(n))
-			}
+			writeInts(&b, sc.Sends)
+		}
+		if len(sc.SendChoices) > 0 {
+			fmt.Fprintf(&b, " %s.choose=", p)
+			writeInts(&b, sc.SendChoices)
 		}
 		if sc.Shutdown {
 			fmt.Fprintf(&b, " %s.shutdown", p)
 		}
 		if len(sc.Recvs) > 0 {
 			fmt.Fprintf(&b, " %s.recvs=", p)
-			for k, r := range sc.Recvs {
-				if k > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(strconv.Itoa(r.Len))
-				if r.WaitAll {
-					b.WriteByte('w')
-				}
-			}
+			writeRecvs(&b, sc.Recvs)
+		}
+		if len(sc.RecvChoices) > 0 {
+			fmt.Fprintf(&b, " %s.rchoose=", p)
+			writeRecvs(&b, sc.RecvChoices)
 		}
 		if sc.DrainLen != 0 {
 			fmt.Fprintf(&b, " %s.drain=%d", p, sc.DrainLen)
 		}
 	}
 	return b.String()
+}
+
+func writeInts(b *strings.Builder, ns []int) {
+	for k, n := range ns {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		if n == sim.Choose {
+			b.WriteByte('*')
+		} else {
+			b.WriteString(strconv.Itoa(n))
+		}
+	}
+}
+
+func writeRecvs(b *strings.Builder, ops []sim.RecvOp) {
+	for k, r := range ops {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		if r.Len == sim.Choose {
+			b.WriteByte('*')
+			continue
+		}
+		b.WriteString(strconv.Itoa(r.Len))
+		if r.WaitAll {
+			b.WriteByte('w')
+		}
+	}
 }
 
 // maxUnits bounds every size in a parsed Spec: the checker explores small
@@ -159,20 +189,23 @@ func parseScriptField(s *Spec, key, val string, hasVal bool) error {
 	var err error
 	switch field {
 	case "sends":
-		sc.Sends, err = parseList(val, func(f string) (int, error) { return parseCount(f) })
+		sc.Sends, err = parseList(val, func(f string) (int, error) {
+			if f == "*" {
+				return sim.Choose, nil
+			}
+			return parseCount(f)
+		})
+	case "choose":
+		sc.SendChoices, err = parseList(val, func(f string) (int, error) { return parseCount(f) })
 	case "recvs":
 		sc.Recvs, err = parseList(val, func(f string) (sim.RecvOp, error) {
-			op := sim.RecvOp{}
-			if rest, ok := strings.CutSuffix(f, "w"); ok {
-				op.WaitAll, f = true, rest
+			if f == "*" {
+				return sim.RecvOp{Len: sim.Choose}, nil
 			}
-			n, err := parseCount(f)
-			if err == nil && n == 0 {
-				err = fmt.Errorf("%w: empty recv", ErrSpec)
-			}
-			op.Len = n
-			return op, err
+			return parseRecv(f)
 		})
+	case "rchoose":
+		sc.RecvChoices, err = parseList(val, parseRecv)
 	case "shutdown":
 		if hasVal {
 			return fmt.Errorf("%w: %q takes no value", ErrSpec, key)
@@ -184,6 +217,20 @@ func parseScriptField(s *Spec, key, val string, hasVal bool) error {
 		return fmt.Errorf("%w: unknown field %q", ErrSpec, key)
 	}
 	return err
+}
+
+// parseRecv reads a recv length, with a "w" suffix for MSG_WAITALL.
+func parseRecv(f string) (sim.RecvOp, error) {
+	op := sim.RecvOp{}
+	if rest, ok := strings.CutSuffix(f, "w"); ok {
+		op.WaitAll, f = true, rest
+	}
+	n, err := parseCount(f)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: empty recv", ErrSpec)
+	}
+	op.Len = n
+	return op, err
 }
 
 func parseList[T any](val string, one func(string) (T, error)) ([]T, error) {

@@ -33,6 +33,13 @@ func TestSpecText(t *testing.T) {
 			}},
 		},
 		{
+			text: "mode=dynamic type=stream ring=2 frames=2 a.sends=*,2,* a.choose=1,3 a.shutdown b.recvs=*,1 b.rchoose=1,2w b.drain=3",
+			want: Spec{Mode: dynproto.Dynamic, Type: dynproto.Stream, Ring: 2, Frames: 2, Scripts: [2]sim.Script{
+				{Sends: []int{sim.Choose, 2, sim.Choose}, SendChoices: []int{1, 3}, Shutdown: true},
+				{Recvs: []sim.RecvOp{{Len: sim.Choose}, {Len: 1}}, RecvChoices: []sim.RecvOp{{Len: 1}, {Len: 2, WaitAll: true}}, DrainLen: 3},
+			}},
+		},
+		{
 			text: "mode=indirect-only type=stream ring=1 frames=1",
 			want: Spec{Mode: dynproto.IndirectOnly, Type: dynproto.Stream, Ring: 1, Frames: 1},
 		},
@@ -68,6 +75,9 @@ func TestParseSpecErrors(t *testing.T) {
 		"mode=dynamic type=stream a.shutdown=1",
 		"mode=dynamic type=stream a.colour=red",
 		"mode=dynamic type=stream ring=99999999",
+		"mode=dynamic type=stream a.choose=1,*",
+		"mode=dynamic type=stream b.rchoose=*",
+		"mode=dynamic type=stream b.rchoose=0",
 	} {
 		if _, err := ParseSpec(text); !errors.Is(err, ErrSpec) {
 			t.Errorf("ParseSpec(%q) = %v, want ErrSpec", text, err)
@@ -87,7 +97,8 @@ func TestTraceText(t *testing.T) {
 		Moves: []sim.Move{
 			{End: 0, Kind: sim.MoveSend}, {End: 1, Kind: sim.MoveRecv}, {End: 1, Kind: sim.MoveDeliver},
 			{End: 0, Kind: sim.MoveWriteDone}, {End: 1, Kind: sim.MoveCopy}, {End: 1, Kind: sim.MoveDrainRecv},
-			{End: 0, Kind: sim.MoveShutdown},
+			{End: 0, Kind: sim.MoveShutdown}, {End: 0, Kind: sim.MoveSend, Chosen: true, Len: 3},
+			{End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 2, WaitAll: true}, {End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 1},
 		},
 		Comment: "first line\n\n  indented line\n",
 	}
@@ -114,6 +125,12 @@ func TestParseTraceErrors(t *testing.T) {
 		head + "move C:send\n",
 		head + "move A:fly\n",
 		head + "move A\n",
+		head + "move A:send(\n",
+		head + "move A:send(2\n",
+		head + "move A:send(2w)\n",
+		head + "move A:copy(2)\n",
+		head + "move B:recv(x)\n",
+		head + "move B:recv(70000)\n",
 		head + "hello\n",
 		"config c\nspec mode=dynamic\n",
 		"config a b\nspec mode=dynamic type=stream ring=1 frames=1\n",

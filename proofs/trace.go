@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/exsgo/exs/dynproto/sim"
@@ -187,9 +188,26 @@ func ParseMove(s string) (sim.Move, error) {
 	if !ok || (end != "A" && end != "B") {
 		return sim.Move{}, fmt.Errorf("%w: move %q", ErrSpec, s)
 	}
+	m := sim.Move{End: end[0] - 'A'}
+	if name, arg, ok := strings.Cut(kind, "("); ok {
+		arg, ok = strings.CutSuffix(arg, ")")
+		if !ok {
+			return sim.Move{}, fmt.Errorf("%w: move %q", ErrSpec, s)
+		}
+		num, wait := strings.CutSuffix(arg, "w")
+		n, err := parseCount(num)
+		if err != nil || n > math.MaxUint16 {
+			return sim.Move{}, fmt.Errorf("%w: move %q", ErrSpec, s)
+		}
+		kind, m.Chosen, m.Len, m.WaitAll = name, true, uint16(n), wait
+	}
 	for _, k := range moveKinds {
 		if k.String() == kind {
-			return sim.Move{End: end[0] - 'A', Kind: k}, nil
+			m.Kind = k
+			if m.Chosen && k != sim.MoveSend && k != sim.MoveRecv || m.WaitAll && k != sim.MoveRecv {
+				return sim.Move{}, fmt.Errorf("%w: move %q", ErrSpec, s)
+			}
+			return m, nil
 		}
 	}
 	return sim.Move{}, fmt.Errorf("%w: move %q", ErrSpec, s)

@@ -36,7 +36,9 @@ package sim
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"syscall"
 
@@ -49,11 +51,21 @@ type RecvOp struct {
 	WaitAll bool
 }
 
+// Choose, as the length of a send or a recv in a Script, makes the
+// application choose it when it posts: a send takes any length of
+// SendChoices, a recv any of RecvChoices, and each choice is a move of its
+// own, so that a checker explores every one.
+const Choose = -1
+
 // Script is what one endpoint's application does.
 type Script struct {
-	Sends    []int    // lengths of the sends it posts, in order
+	Sends    []int    // lengths of the sends it posts, in order (or Choose)
 	Shutdown bool     // shut down after the last send
-	Recvs    []RecvOp // recvs it posts, in order
+	Recvs    []RecvOp // recvs it posts, in order (a Len of Choose: chosen)
+	// SendChoices and RecvChoices are the lengths (and flags) a send or
+	// recv whose length is Choose may take.
+	SendChoices []int
+	RecvChoices []RecvOp
 	// DrainLen is the length of the drain recvs posted after Recvs are
 	// used up, while the peer's stream has not ended; 0 means none.
 	DrainLen int
@@ -83,13 +95,29 @@ var moveNames = [...]string{"", "send", "shutdown", "recv", "drain-recv", "copy"
 
 func (k MoveKind) String() string { return moveNames[k] }
 
-// Move is one enabled step: a kind of step at an endpoint.
+// Move is one enabled step: a kind of step at an endpoint. A send or recv
+// whose length the script leaves to a choice carries the chosen length (and
+// flag) and has Chosen set.
 type Move struct {
-	End  uint8
-	Kind MoveKind
+	End     uint8
+	Kind    MoveKind
+	Chosen  bool
+	WaitAll bool
+	Len     uint16
 }
 
-func (m Move) String() string { return fmt.Sprintf("%c:%v", 'A'+m.End, m.Kind) }
+// String returns the move as "A:send", or with a chosen length as
+// "A:send(2)" or "B:recv(3w)".
+func (m Move) String() string {
+	if !m.Chosen {
+		return fmt.Sprintf("%c:%v", 'A'+m.End, m.Kind)
+	}
+	w := ""
+	if m.WaitAll {
+		w = "w"
+	}
+	return fmt.Sprintf("%c:%v(%d%s)", 'A'+m.End, m.Kind, m.Len, w)
+}
 
 type write struct {
 	kind    dynproto.Kind
@@ -118,6 +146,7 @@ type endpoint struct {
 	script Script
 
 	nextSend     int
+	sendLens     []int // length of each posted send
 	shut         bool
 	sendStarts   []uint64 // stream offset (stream) or message number of each send
 	sentBytes    uint64   // stream bytes posted
@@ -130,6 +159,7 @@ type endpoint struct {
 	nextRecv  int
 	drains    int
 	recvs     []recvBuf // by recv id
+	recvWait  []bool    // MSG_WAITALL of each posted recv
 	ring      []byte
 	ringBusy  []bool
 	delivered uint64 // stream bytes (stream) or messages (message) delivered
@@ -159,6 +189,9 @@ func New(cfg *Config) (*World, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkScript(&cfg.Scripts[i]); err != nil {
+			return nil, fmt.Errorf("endpoint %c: %w", 'A'+i, err)
+		}
 		p := &w.ep[i]
 		p.eng = eng
 		p.script = cfg.Scripts[i]
@@ -166,6 +199,39 @@ func New(cfg *Config) (*World, error) {
 		p.ringBusy = make([]bool, cfg.Engine[i].RecvBuffer)
 	}
 	return w, nil
+}
+
+// checkScript checks that every length a script may post is one a Move
+// can carry, and that every Choose has something to choose from.
+func checkScript(sc *Script) error {
+	ok := func(n int) bool { return n >= 0 && n <= math.MaxUint16 }
+	for _, n := range sc.SendChoices {
+		if !ok(n) {
+			return fmt.Errorf("send choice %d out of range", n)
+		}
+	}
+	for _, op := range sc.RecvChoices {
+		if !ok(op.Len) {
+			return fmt.Errorf("recv choice %d out of range", op.Len)
+		}
+	}
+	for _, n := range sc.Sends {
+		if n == Choose && len(sc.SendChoices) == 0 {
+			return errors.New("a send to choose, with no choices")
+		}
+		if n != Choose && !ok(n) {
+			return fmt.Errorf("send of %d out of range", n)
+		}
+	}
+	for _, op := range sc.Recvs {
+		if op.Len == Choose && len(sc.RecvChoices) == 0 {
+			return errors.New("a recv to choose, with no choices")
+		}
+		if op.Len != Choose && !ok(op.Len) {
+			return fmt.Errorf("recv of %d out of range", op.Len)
+		}
+	}
+	return nil
 }
 
 // Err returns the first violation found, or nil.
@@ -189,23 +255,35 @@ func (w *World) Moves(ms []Move) []Move {
 			continue
 		}
 		if p.nextSend < len(p.script.Sends) {
-			ms = append(ms, Move{e, MoveSend})
+			if p.script.Sends[p.nextSend] == Choose {
+				for _, n := range p.script.SendChoices {
+					ms = append(ms, Move{End: e, Kind: MoveSend, Chosen: true, Len: uint16(n)})
+				}
+			} else {
+				ms = append(ms, Move{End: e, Kind: MoveSend})
+			}
 		} else if p.script.Shutdown && !p.shut {
-			ms = append(ms, Move{e, MoveShutdown})
+			ms = append(ms, Move{End: e, Kind: MoveShutdown})
 		}
 		if p.nextRecv < len(p.script.Recvs) {
-			ms = append(ms, Move{e, MoveRecv})
+			if p.script.Recvs[p.nextRecv].Len == Choose {
+				for _, op := range p.script.RecvChoices {
+					ms = append(ms, Move{End: e, Kind: MoveRecv, Chosen: true, Len: uint16(op.Len), WaitAll: op.WaitAll})
+				}
+			} else {
+				ms = append(ms, Move{End: e, Kind: MoveRecv})
+			}
 		} else if p.script.DrainLen > 0 && !p.eof && p.eng.State().Recvs == 0 {
-			ms = append(ms, Move{e, MoveDrainRecv})
+			ms = append(ms, Move{End: e, Kind: MoveDrainRecv})
 		}
 		if p.eng.CanCopy() {
-			ms = append(ms, Move{e, MoveCopy})
+			ms = append(ms, Move{End: e, Kind: MoveCopy})
 		}
 		if len(w.ch[i]) > 0 {
-			ms = append(ms, Move{e, MoveDeliver})
+			ms = append(ms, Move{End: e, Kind: MoveDeliver})
 		}
 		if p.writesDone < p.writesPlaced {
-			ms = append(ms, Move{e, MoveWriteDone})
+			ms = append(ms, Move{End: e, Kind: MoveWriteDone})
 		}
 	}
 	return ms
@@ -229,6 +307,9 @@ func (w *World) Step(m Move) error {
 	switch m.Kind {
 	case MoveSend:
 		n := p.script.Sends[p.nextSend]
+		if n == Choose {
+			n = int(m.Len)
+		}
 		id := uint64(p.nextSend)
 		p.nextSend++
 		if w.cfg.Engine[i].Type == dynproto.SeqPacket {
@@ -237,6 +318,7 @@ func (w *World) Step(m Move) error {
 			p.sendStarts = append(p.sendStarts, p.sentBytes)
 		}
 		p.sentBytes += uint64(n)
+		p.sendLens = append(p.sendLens, n)
 		p.sendDone = append(p.sendDone, false)
 		p.sendErr = append(p.sendErr, nil)
 		acts = p.eng.PostSend(acts, id, n)
@@ -247,6 +329,9 @@ func (w *World) Step(m Move) error {
 		var op RecvOp
 		if m.Kind == MoveRecv {
 			op = p.script.Recvs[p.nextRecv]
+			if op.Len == Choose {
+				op = RecvOp{Len: int(m.Len), WaitAll: m.WaitAll}
+			}
 			p.nextRecv++
 		} else {
 			op = RecvOp{Len: p.script.DrainLen}
@@ -254,6 +339,7 @@ func (w *World) Step(m Move) error {
 		}
 		id := uint64(len(p.recvs))
 		p.recvs = append(p.recvs, recvBuf{id: id, data: make([]byte, op.Len), direct: make([]bool, op.Len)})
+		p.recvWait = append(p.recvWait, op.WaitAll)
 		acts = p.eng.PostRecv(acts, id, op.Len, op.WaitAll)
 	case MoveCopy:
 		acts = p.eng.Copy(acts)
@@ -295,7 +381,7 @@ func (w *World) apply(i int, acts []dynproto.Action) {
 		w.trace(i, "%v", a)
 		switch a.Kind {
 		case dynproto.WriteDirect, dynproto.WriteIndirect:
-			if a.ID >= uint64(len(p.sendStarts)) || a.Off < 0 || a.Off+a.Len > p.script.Sends[a.ID] || a.Len <= 0 {
+			if a.ID >= uint64(len(p.sendStarts)) || a.Off < 0 || a.Off+a.Len > p.sendLens[a.ID] || a.Len <= 0 {
 				w.failf("endpoint %c: write of send %d [%d:+%d] outside the send", 'A'+i, a.ID, a.Off, a.Len)
 				return
 			}
@@ -426,7 +512,7 @@ func (w *World) sendDone(i int, a dynproto.Action) {
 	}
 	p.sendDone[a.ID] = true
 	p.sendErr[a.ID] = a.Err
-	n := p.script.Sends[a.ID]
+	n := p.sendLens[a.ID]
 	switch {
 	case a.Err == nil && a.Len != n:
 		w.failf("endpoint %c: send %d of %d bytes completed with %d", 'A'+i, a.ID, n, a.Len)
@@ -488,7 +574,7 @@ func (w *World) recvMessage(i int, r *recvBuf, a dynproto.Action) {
 		w.failf("endpoint %c: recv %d completed (%d, %v) with no message sent", 'A'+i, a.ID, a.Len, a.Err)
 		return
 	}
-	n := peer.script.Sends[m]
+	n := peer.sendLens[m]
 	p.delivered++
 	if n > len(r.data) {
 		if a.Err != syscall.EMSGSIZE {
@@ -570,6 +656,8 @@ func (w *World) Clone() *World {
 		*q = *p
 		q.eng = p.eng.Clone()
 		q.sendStarts = append([]uint64(nil), p.sendStarts...)
+		q.sendLens = append([]int(nil), p.sendLens...)
+		q.recvWait = append([]bool(nil), p.recvWait...)
 		q.sendDone = append([]bool(nil), p.sendDone...)
 		q.sendErr = append([]error(nil), p.sendErr...)
 		q.pendingWrite = append([]write(nil), p.pendingWrite...) // write data is never mutated
@@ -601,11 +689,13 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(p.writesDone))
 		b = binary.AppendUvarint(b, p.delivered)
 		b = append(b, boolByte(p.shut), boolByte(p.eof))
-		for _, d := range p.sendDone {
+		for k, d := range p.sendDone {
 			b = append(b, boolByte(d))
+			b = binary.AppendUvarint(b, uint64(p.sendLens[k]))
 		}
-		for _, r := range p.recvs {
-			b = append(b, boolByte(r.done), boolByte(r.copied), boolByte(r.directed))
+		for k, r := range p.recvs {
+			b = append(b, boolByte(r.done), boolByte(r.copied), boolByte(r.directed), boolByte(p.recvWait[k]))
+			b = binary.AppendUvarint(b, uint64(len(r.direct)))
 			for _, d := range r.direct {
 				b = append(b, boolByte(d))
 			}
