@@ -113,10 +113,13 @@ type flight struct {
 
 // flights is a FIFO of messages in flight; outcomes come back in order.
 type flights struct {
-	buf  []flight
-	head int
-	n    int
+	buf      []flight
+	head     int
+	n        int
+	oneSided int // of which READs and WRITEs
 }
+
+func isOneSided(m *verbs.Message) bool { return m.Op == verbs.OpRead || m.Op == verbs.OpWrite }
 
 func (f *flights) push(x flight) {
 	if f.n == len(f.buf) {
@@ -128,6 +131,9 @@ func (f *flights) push(x flight) {
 	}
 	f.buf[(f.head+f.n)%len(f.buf)] = x
 	f.n++
+	if isOneSided(x.m) {
+		f.oneSided++
+	}
 }
 
 func (f *flights) front() (flight, bool) {
@@ -138,6 +144,9 @@ func (f *flights) front() (flight, bool) {
 }
 
 func (f *flights) pop() {
+	if isOneSided(f.buf[f.head].m) {
+		f.oneSided--
+	}
 	f.buf[f.head] = flight{}
 	f.head = (f.head + 1) % len(f.buf)
 	f.n--
@@ -145,7 +154,7 @@ func (f *flights) pop() {
 
 func (f *flights) clear() {
 	clear(f.buf)
-	f.head, f.n = 0, 0
+	f.head, f.n, f.oneSided = 0, 0, 0
 }
 
 // item is a record waiting for room in a ring.
@@ -315,17 +324,24 @@ func (l *link) acquire() bool {
 // ---- Initiator side ----
 
 // Transmit carries m to the peer: a one-sided operation directly into (or
-// out of) the peer's registered memory when nothing is in flight before
-// it, otherwise a record on the request ring.
+// out of) the peer's registered memory when nothing is in flight before it
+// (with WithEagerWrites, a WRITE also when only SENDs are), otherwise a
+// record on the request ring.
+//
+// An eager WRITE places its bytes before the SENDs in flight are
+// delivered; their delivery and completion stay first (the queue pair
+// completes in order), and a WRITE that fails its checks goes through the
+// ring, so that the target reports it in its turn.
 func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	l.txMu.Lock()
 	if l.term || l.dead {
 		l.txMu.Unlock()
 		return true, verbs.ErrClosed
 	}
-	if l.inflight.n == 0 && l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
-		(m.Op == verbs.OpRead || m.Op == verbs.OpWrite) {
-		if done, err := l.direct(m); done {
+	if l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
+		(l.inflight.n == 0 && (m.Op == verbs.OpRead || m.Op == verbs.OpWrite) ||
+			l.p.opts.eager && m.Op == verbs.OpWrite && l.inflight.oneSided == 0) {
+		if done, err := l.direct(m, l.inflight.n == 0); done {
 			l.txMu.Unlock()
 			return true, err
 		}
@@ -351,9 +367,12 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 // one process_vm_writev (or readv). It reports false, having done nothing,
 // when the operation is to go through the ring: no path applies, or only
 // the plain copy did and the checks failed (the target then reports the
-// violation, as for any message through the ring). It is called with txMu
-// held, so that Terminate waits for it and no arena is unmapped under it.
-func (l *link) direct(m *verbs.Message) (bool, error) {
+// violation, as for any message through the ring); so it does, with
+// nothing done or the bytes to be written again, when alone is false
+// (messages are in flight before it) and the operation fails. It is called
+// with txMu held, so that Terminate waits for it and no arena is unmapped
+// under it.
+func (l *link) direct(m *verbs.Message, alone bool) (bool, error) {
 	access, write := mreg.RemoteWrite, true
 	if m.Op == verbs.OpRead {
 		access, write = mreg.RemoteRead, false
@@ -391,14 +410,14 @@ func (l *link) direct(m *verbs.Message) (bool, error) {
 			}
 		}
 	}
-	if !cma {
+	if !cma || err != nil && !alone {
 		return false, nil
 	}
 	if err != nil {
 		return true, err
 	}
-	l.st.direct.Add(1)
 	if m.Len == 0 {
+		l.st.direct.Add(1)
 		return true, nil
 	}
 	v := &l.tiov
@@ -407,8 +426,12 @@ func (l *link) direct(m *verbs.Message) (bool, error) {
 	_, err = v.transfer(l.peerPID, write, m.Len)
 	v.reset()
 	if err != nil {
+		if !alone {
+			return false, nil
+		}
 		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
 	}
+	l.st.direct.Add(1)
 	return true, nil
 }
 

@@ -10,9 +10,10 @@
 //
 // Data moves by Linux cross-memory attach (process_vm_writev and
 // process_vm_readv): an RDMA WRITE or READ with nothing in flight before
-// it is checked by the initiator against the peer's published
-// registrations (verbs.RegionInfo.Check) and copied into or out of the
-// peer's memory by the initiator alone, without the peer's CPU; other
+// it (with WithEagerWrites, a WRITE with only SENDs in flight before it) is
+// checked by the initiator against the peer's published registrations
+// (verbs.RegionInfo.Check) and copied into or out of the peer's memory by
+// the initiator alone, without the peer's CPU; other
 // messages go through the request ring, small payloads inline, large
 // ones as the initiator's iovecs that the target's receiver reads (or, for
 // a READ, writes) directly. The rendezvous checks with a real call that
@@ -77,6 +78,7 @@ type options struct {
 	directMin int
 	spin      time.Duration
 	noCMA     bool
+	eager     bool
 	reqRing   uint64
 	respRing  uint64
 }
@@ -108,6 +110,24 @@ func WithDirectMin(n int) Option {
 // DefaultSpin). Zero makes it sleep at once.
 func WithSpin(d time.Duration) Option {
 	return func(o *options) { o.spin = max(0, d) }
+}
+
+// WithEagerWrites lets the initiator do an RDMA WRITE itself (into
+// shared-allocator memory, or with cross-memory attach) while SENDs are
+// still in flight before it, as long as no READ or WRITE is; without it a
+// WRITE takes the direct path only when nothing at all is in flight.
+// Delivery and completion stay in order, but placement does not: the
+// WRITE's bytes land before the earlier SENDs are delivered, even if one of
+// them is then held for want of a RECV or refused, and the WRITE then
+// completes successfully after that failure instead of being flushed. A
+// WRITE that fails its checks still goes through the ring and fails in
+// its turn. It suits a protocol that writes only into memory the peer has
+// granted and announces each write with a later SEND (exs does: a stream
+// of WRITE + SEND pairs then copies every WRITE on the initiator's side
+// instead of through the ring); the verbs conformance suite, which checks
+// placement against an earlier SEND's fate, runs without it.
+func WithEagerWrites() Option {
+	return func(o *options) { o.eager = true }
 }
 
 // WithoutCMA makes the provider refuse cross-memory attach, as if the

@@ -338,3 +338,62 @@ func TestSharedDeregister(t *testing.T) {
 	}
 	t.Logf("%d WRITEs of 1 MiB before the deregistration", ok)
 }
+
+// TestEagerWrite posts a SEND that the peer holds for want of a RECV, then
+// a WRITE into the peer's shared memory: with WithEagerWrites the WRITE is
+// a plain copy at once, its bytes in place before the SEND is delivered;
+// completions still come in order once a RECV is posted.
+func TestEagerWrite(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	const size = 64 << 10
+	c := newSharedConn(t, "shared-eager", size)
+	target, err := c.pq.Register(size, mreg.LocalWrite|mreg.RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbuf, err := c.pq.Register(64, mreg.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitArenas(t, 1)
+	if err := c.qp.PostSend(verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.qp.PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.OpWrite, SGL: []verbs.SGE{c.mr.SGE(0, size)},
+		RKey: target.RKey(), RemoteAddr: target.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(verbstest.Timeout)
+	for {
+		got, err := target.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(got[verbstest.Guard:verbstest.Guard+size], c.src) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WRITE behind a held SEND was not placed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := c.shared(); n != 1 {
+		t.Errorf("Shared = %d, want 1 (the WRITE a plain copy)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
+	defer cancel()
+	wcs := make([]verbs.WC, 2)
+	if n := c.cq.Poll(wcs); n != 0 {
+		t.Fatalf("%d completions before the SEND was delivered: %+v", n, wcs[:n])
+	}
+	if err := c.pq.PostRecv(7, []verbstest.PeerSGE{{MR: rbuf, Len: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cq.Wait(ctx, wcs, 2); err != nil {
+		t.Fatal(err)
+	}
+	if wcs[0].WRID != 1 || wcs[0].Status != verbs.StatusSuccess || wcs[1].WRID != 2 || wcs[1].Status != verbs.StatusSuccess {
+		t.Fatalf("completions %+v, want the SEND then the WRITE, both successful", wcs)
+	}
+}
