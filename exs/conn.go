@@ -73,6 +73,10 @@ type conn struct {
 
 	ring   []byte // the stream buffer (nil in direct-only mode)
 	ringMR *verbs.MR
+	// ringAlloc is the provider's allocator the stream buffer comes
+	// from, so that the peer's indirect writes into it are a plain copy
+	// (nil: from mreg.Alloc).
+	ringAlloc Allocator
 
 	peerKey  mreg.Key // the peer's stream buffer
 	peerAddr uint64
@@ -140,7 +144,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 	}
 	c.local = hello{version: helloVersion, mode: cfg.mode, typ: s.typ, frames: uint16(cfg.frames)}
 	if cfg.mode != ModeDirectOnly {
-		if c.ring, err = mreg.Alloc(cfg.streamBuf); err != nil {
+		if c.ring, c.ringAlloc, err = allocRing(d, cfg.streamBuf); err != nil {
 			return
 		}
 		if c.ringMR, err = d.pd.RegisterMR(c.ring, mreg.LocalWrite|mreg.RemoteWrite); err != nil {
@@ -199,10 +203,27 @@ func (c *conn) destroy() {
 	}
 	if c.ring != nil {
 		if c.ringMR == nil || c.ringMR.Deregister() == nil {
-			mreg.Free(c.ring)
+			if c.ringAlloc != nil {
+				c.ringAlloc.Free(c.ring)
+			} else {
+				mreg.Free(c.ring)
+			}
 		}
 		c.ring = nil
 	}
+}
+
+// allocRing allocates a stream buffer of n bytes from the allocator of
+// d's provider if it offers one (the peer then writes into it with a plain
+// copy), else, or if that fails, from mreg.Alloc.
+func allocRing(d *device, n int) ([]byte, Allocator, error) {
+	if a, ok := d.dev.Provider().(Allocator); ok {
+		if b, err := a.Alloc(n); err == nil {
+			return b, a, nil
+		}
+	}
+	b, err := mreg.Alloc(n)
+	return b, nil, err
 }
 
 func (c *conn) postFrameRecv(slot int) error {

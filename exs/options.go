@@ -301,7 +301,10 @@ func WithMode(m Mode) Option {
 // WithStreamBuffer sets the size in bytes of the stream buffer each
 // connection end allocates for the peer's indirect transfers, between 1
 // and MaxStreamBuffer (DefaultStreamBuffer by default). ModeDirectOnly
-// allocates none. It applies to NewStack and Socket.
+// allocates none. The buffer comes from the allocator of the connection's
+// provider when it offers one (Allocator: the same-host provider's shared
+// memory, which the peer writes into with a plain copy), else from
+// mreg.Alloc. It applies to NewStack and Socket.
 func WithStreamBuffer(n int) Option {
 	return option{"WithStreamBuffer", scopeStack | scopeSocket, func(c *config) error {
 		if n < 1 || n > MaxStreamBuffer {
