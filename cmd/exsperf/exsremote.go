@@ -201,11 +201,11 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	}
 	s.seq++
 	addr := s.addr + "." + strconv.Itoa(s.seq)
-	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", shm.New()))...)
+	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", shm.New(shm.WithEagerWrites())))...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
-	defer st.Close()
+	defer closeStack(st)
 	ls, err := exsListen(st, addr)
 	var q *exs.Queue
 	if err == nil {
@@ -402,7 +402,9 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	if rep.Err != "" {
 		return exsEnd{}, fmt.Errorf("exs: server: %s", rep.Err)
 	}
-	t.prov = shm.New() // a provider per data connection; its statistics are that connection's
+	// A provider per data connection; its statistics are that
+	// connection's. WithEagerWrites as for exs's own.
+	t.prov = shm.New(shm.WithEagerWrites())
 	st, err := exs.NewStack(append(exsSocketOptions(p, p.Wait), exs.WithProvider("shm", t.prov))...)
 	if err != nil {
 		return exsEnd{}, err
@@ -422,7 +424,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 func (t *exsNetTransport) noteCMA() {
 	for _, c := range t.prov.Stats() {
 		if c.CMA {
-			t.cma = fmt.Sprintf("the same-host provider copies with cross-memory attach (process_vm_writev/readv; %d direct one-sided copies, %d ring messages, %d target copies on the last connection)", c.Direct, c.RingMessages, c.TargetCopies)
+			t.cma = fmt.Sprintf("the same-host provider copies with cross-memory attach (process_vm_writev/readv) or, into the peer's shared memory, with copy(); on the sender's last connection: %d one-sided copies by process_vm_writev/readv, %d by copy() into shared memory, %d ring messages, %d target copies, %d receiver sleeps", c.Direct, c.Shared, c.RingMessages, c.TargetCopies, c.Sleeps)
 		} else {
 			t.cma = "cross-memory attach refused (" + c.CMAError + "): the same-host provider moves every byte through its shared rings"
 		}
@@ -462,11 +464,15 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (resu
 	rerr := readMsg(t.ctl, &rep)
 	m[1] = sockMark{time.Now(), 0, sent.Load(), processCPU(), e.s.Stats()}
 	t.noteCMA()
+	if os.Getenv(statsEnv) != "" {
+		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, t.prov.Stats())
+	}
 	stop.Store(true)
 	// Closing the stack ends the data connection, the sender's operations
 	// and the server's side.
 	e.st.Close()
 	wg.Wait()
+	closeStack(e.st) // frees the buffers, now that the sender has stopped
 	switch {
 	case rerr != nil:
 		return result{}, fmt.Errorf("exs: reading the server's reply: %w", rerr)
@@ -505,7 +511,7 @@ func (np *exsNetPair) PingPong(ctx context.Context, warmup, d time.Duration, w w
 	}
 	rts, err := e.ping(ctx, warmup, d)
 	t.noteCMA()
-	return rts, errors.Join(err, e.st.Close())
+	return rts, errors.Join(err, closeStack(e.st))
 }
 
 // isExsAddr reports whether addr names exs over a provider that crosses

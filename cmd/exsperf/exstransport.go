@@ -206,12 +206,46 @@ func (xp *exsPair) Close() error {
 		return nil
 	}
 	xp.closed = true
-	return xp.st.Close()
+	return closeStack(xp.st)
 }
 
-// region registers n buffers of size bytes in one handle.
+// stackMem is the memory each stack's ends took with Stack.Alloc, freed
+// by closeStack once the stack (and so every handle on it) is closed.
+var stackMem = struct {
+	sync.Mutex
+	m map[*exs.Stack][][]byte
+}{m: make(map[*exs.Stack][][]byte)}
+
+// closeStack closes st, if it is not closed yet, and frees the memory its
+// ends allocated: call it once no goroutine uses that memory any more.
+func closeStack(st *exs.Stack) error {
+	err := st.Close()
+	if errors.Is(err, exs.ErrClosed) {
+		err = nil
+	}
+	stackMem.Lock()
+	bufs := stackMem.m[st]
+	delete(stackMem.m, st)
+	stackMem.Unlock()
+	for _, b := range bufs {
+		err = errors.Join(err, st.Free(b))
+	}
+	return err
+}
+
+// region registers n buffers of size bytes in one handle. The memory comes
+// from Stack.Alloc: over the same-host provider it is the provider's
+// shared memory, which the peer maps, so that its RDMA WRITEs into these
+// buffers are a plain copy. closeStack frees it.
 func (e *exsEnd) region(n, size int, access exs.Access) ([][]byte, *exs.MHandle, error) {
-	mem := makeBufs(1, n*size)[0]
+	mem, err := e.st.Alloc(n * size)
+	if err != nil {
+		return nil, nil, err
+	}
+	stackMem.Lock()
+	stackMem.m[e.st] = append(stackMem.m[e.st], mem)
+	stackMem.Unlock()
+	fillPattern(mem, 0, 0) // the pages are in memory before the measurement
 	mh, err := e.st.Mregister(mem, access)
 	if err != nil {
 		return nil, nil, err
@@ -250,9 +284,11 @@ func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 		return edge != edgeEnd
 	})
 	stop.Store(true)
-	// Closing the stack cancels what is outstanding and wakes the sender.
-	xp.Close()
+	// Closing the stack cancels what is outstanding and wakes the sender;
+	// Close frees the memory once it has stopped.
+	xp.st.Close()
 	wg.Wait()
+	xp.Close()
 	if rerr != nil {
 		return result{}, rerr
 	}
@@ -415,10 +451,11 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 	}()
 	rts, err := xp.cs.ping(ctx, warmup, d)
 	stop.Store(true)
-	xp.Close()
+	xp.st.Close()
 	if eerr := <-echoErr; err == nil && eerr != nil {
 		err = eerr
 	}
+	xp.Close()
 	return rts, err
 }
 

@@ -25,7 +25,11 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	endProfile, err := startProfile(os.Args[1:])
+	if err == nil {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		endProfile()
+	}
 	stop()
 	code := 0
 	switch {
