@@ -576,7 +576,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	if err != nil || strings.TrimSpace(line) != "listening "+addr {
 		return nil, fmt.Errorf("exs: the peer process did not start (it said %q): %v", line, err)
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (" + addr + "); CPU per side: RUSAGE_SELF of each process"
+	about := "exs sockets to a child exsperf process over the same-host provider (" + addr + "), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
 		return nil, err
 	}
