@@ -117,3 +117,82 @@ func (p *pair) stream(from, to, size int, each func(i int)) {
 		p.t.Fatal(err)
 	}
 }
+
+// lateReceiver runs a sender and a receiver in lockstep rounds, like two
+// threads: in each round the sender takes in the frames of the round before,
+// completes the writes of the round before and posts sends of size bytes up
+// to 16 outstanding; the receiver takes in the frames of the round before,
+// copying out after each, and reposts recvs of size bytes up to 32
+// outstanding. Every frame and every write takes one round, and the stream
+// buffer holds 16 sends. The sender starts one round late, when the first
+// ADVERTs arrive. Every period rounds the receiver sleeps for pause
+// rounds (a late wake-up), so that the sender runs out of ADVERTs. It
+// returns the sender's statistics after the first half of the rounds and at
+// the end.
+func lateReceiver(t *testing.T, noHint bool, rounds, period, pause int) (half, end dynproto.Stats) {
+	const size, sendsOut, recvsOut = 64 << 10, 16, 32
+	cfg := scenarioConfig()
+	cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 16*size, 16*size, 0
+	cfg.Frames, cfg.PeerFrames = 64, 64
+	cfg.NoHeldHint = noHint
+	p := newPair(t, cfg)
+	var nextSend uint64
+	for round := range rounds {
+		if round == rounds/2 {
+			half = p.S.Stats()
+		}
+		nc, nd, nw := len(p.ctl), len(p.data), p.writes
+		p.deliverCtlFrames(nc)
+		for ; nw > 0; nw-- {
+			acts, err := p.S.WriteDone(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.writes--
+			p.fromS(acts)
+		}
+		for round > 0 && int(nextSend)-p.sendsDone < sendsOut {
+			p.send(nextSend, size)
+			nextSend++
+		}
+		if round%period >= period-pause {
+			continue // the receiver sleeps
+		}
+		if err := p.deliverDataFrames(nd); err != nil {
+			t.Fatal(err)
+		}
+		for int(p.nextRecv)-p.recvsDone < recvsOut {
+			p.recv(p.nextRecv, size, false)
+		}
+		if p.R.CanCopy() {
+			p.fromR(p.R.Copy(nil))
+		}
+	}
+	return half, p.S.Stats()
+}
+
+// TestDirectAgainWithLateReceiver: the receiver now and then reposts its
+// recvs late, so that the sender runs out of ADVERTs and goes indirect. The
+// sender is never idle from then on, so the receiver's ADVERTs, sent when
+// its stream buffer has drained, are stale when they arrive: the sender has
+// written more in the meantime. Without the held-recv hint (departure 11)
+// the connection stays indirect; with it, it returns to direct transfers
+// after each late wake-up.
+func TestDirectAgainWithLateReceiver(t *testing.T) {
+	for _, c := range []struct{ period, pause int }{{200, 10}, {50, 5}, {100, 40}} {
+		for _, noHint := range []bool{true, false} {
+			half, end := lateReceiver(t, noHint, 4000, c.period, c.pause)
+			direct := end.BytesDirect - half.BytesDirect
+			total := direct + end.BytesIndirect - half.BytesIndirect
+			frac := float64(direct) / float64(total)
+			t.Logf("receiver asleep %d rounds in %d, hint %v: second half %.1f%% direct (%d ADVERTs discarded, %d pauses)",
+				c.pause, c.period, !noHint, 100*frac, end.AdvertsDiscarded, end.HeldPauses)
+			if end.BytesIndirect == 0 {
+				t.Error("the connection never went indirect: the test does not test what it says")
+			}
+			if !noHint && frac < 0.9 {
+				t.Errorf("second half: %.1f%% of bytes direct, want at least 90%%", 100*frac)
+			}
+		}
+	}
+}

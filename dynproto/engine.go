@@ -89,6 +89,18 @@ type Config struct {
 	// MaxGather is the most send buffers one transfer gathers from (stream
 	// mode). Zero means 8; 1 disables coalescing.
 	MaxGather int
+	// NoHeldHint turns off the held-recv hint of dynamic mode on a stream
+	// (docs/protocol.md, departure 11): the receiver then opens a direct
+	// phase with every waiting recv and the sender never pauses, as in the
+	// slides. It exists for comparison; the two ends need not agree on it.
+	NoHeldHint bool
+	// HintMin is the least length, in bytes, of a send for the sender to
+	// pause for the receiver's ADVERTs, and of a recv for the receiver to
+	// open a direct phase with it alone (departure 11): smaller transfers
+	// are cheaper through the stream buffer, gathered, than one direct
+	// write each after a wait. Zero means a 32nd of the stream buffer
+	// (at least 1); both ends then use the same value.
+	HintMin int
 }
 
 func (c *Config) check() error {
@@ -107,6 +119,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: ack threshold %d", ErrConfig, c.AckThreshold)
 	case c.MaxGather < 0:
 		return fmt.Errorf("%w: max gather %d", ErrConfig, c.MaxGather)
+	case c.HintMin < 0:
+		return fmt.Errorf("%w: hint minimum %d", ErrConfig, c.HintMin)
 	}
 	return nil
 }
@@ -225,11 +239,14 @@ type Stats struct {
 	ReceiverPhaseSwitches uint64
 
 	CreditStalls uint64 // times the sender began waiting for stream-buffer space
+	HeldPauses   uint64 // times the sender began pausing for the peer's ADVERTs (FlagHeld)
+	PauseFrames  uint64 // PAUSE frames sent
 	FrameStalls  uint64 // times this end began waiting for frame credits
 
 	BytesCopied  uint64 // bytes the receiver copied out of its stream buffer
 	AcksSent     uint64
 	CreditFrames uint64 // CREDIT frames sent
+	ResumeFrames uint64 // ACKs sent to answer a PAUSE (FlagResume)
 }
 
 // recv states.
@@ -332,6 +349,10 @@ type Engine struct {
 	shutdown  bool // Shutdown was called
 	finSent   bool
 	msgInRing bool // message mode: a message is partly written to the stream buffer
+	held      bool // the peer's last frame carried FlagHeld
+	paused    bool // waiting for the ADVERTs FlagHeld promised (departure 11)
+	pauseSent bool // the PAUSE frame for this pause has been sent
+	hstalled  bool
 
 	// Receiver half.
 	recvs      fifo[recvReq]
@@ -350,6 +371,8 @@ type Engine struct {
 	ackTooLong bool // the last of msgs was too long
 	nextAdvert uint32
 	fin        bool // the peer's FIN arrived
+	pausedAt   bool // a PAUSE arrived, not yet answered nor followed by data
+	probing    bool // this direct phase's first ADVERT is out, no DIRECT yet
 
 	stats Stats
 }
@@ -546,6 +569,7 @@ func (e *Engine) OnFrame(out []Action, f *Frame) ([]Action, error) {
 	if e.fc > e.cfg.PeerFrames {
 		return out, fmt.Errorf("%w: %d frame credits returned, more than the peer's %d buffers", ErrProtocol, f.Credits, e.cfg.PeerFrames)
 	}
+	e.held = f.Flags&FlagHeld != 0
 	if f.Flags&FlagSlot != 0 {
 		if e.slot {
 			return out, fmt.Errorf("%w: credit slot returned twice", ErrProtocol)
@@ -564,6 +588,8 @@ func (e *Engine) OnFrame(out []Action, f *Frame) ([]Action, error) {
 		err = e.onIndirect(f)
 	case FrameFin:
 		out, err = e.onFin(out, f)
+	case FramePause:
+		err = e.onPause(f)
 	case FrameCredit:
 	default:
 		err = fmt.Errorf("%w: frame type %v", ErrProtocol, f.Type)
@@ -596,7 +622,25 @@ func (e *Engine) onAdvert(f *Frame) error {
 	return nil
 }
 
+// onPause: the peer's sender waits, at f.Seq, for the ADVERTs this end's
+// FlagHeld promised.
+func (e *Engine) onPause(f *Frame) error {
+	switch {
+	case e.cfg.Mode != Dynamic || e.cfg.Type != Stream:
+		return fmt.Errorf("%w: PAUSE in %v %v mode", ErrProtocol, e.cfg.Mode, e.cfg.Type)
+	case f.Seq != e.arr:
+		return fmt.Errorf("%w: PAUSE at sequence %d, expected %d", ErrProtocol, f.Seq, e.arr)
+	case e.pausedAt:
+		return fmt.Errorf("%w: second PAUSE at sequence %d", ErrProtocol, f.Seq)
+	}
+	e.pausedAt = true
+	return nil
+}
+
 func (e *Engine) onAck(out []Action, f *Frame) ([]Action, error) {
+	if f.Flags&FlagResume != 0 && e.paused && f.Seq == e.ss {
+		e.paused, e.pauseSent = false, false
+	}
 	if e.bs+int(f.Len) > e.cfg.PeerRecvBuffer {
 		return out, fmt.Errorf("%w: ACK returns more stream-buffer space than was used", ErrProtocol)
 	}
@@ -648,6 +692,7 @@ func (e *Engine) onDirect(out []Action, f *Frame) ([]Action, error) {
 		return out, fmt.Errorf("%w: direct transfer of %d bytes into %d free", ErrProtocol, f.Len, r.n-r.filled)
 	}
 	n := int(f.Len)
+	e.pausedAt, e.probing = false, false
 	if e.cfg.Type == SeqPacket {
 		e.arr++
 		e.sr++
@@ -709,6 +754,7 @@ func (e *Engine) onIndirect(f *Frame) error {
 			}
 		}
 	}
+	e.pausedAt = false
 	e.br += n
 	e.rwpos += n
 	if e.rwpos == e.cfg.RecvBuffer {
@@ -906,6 +952,7 @@ func (e *Engine) Pump(out []Action) []Action {
 		e.finSent = true
 		out = e.frame(out, 0, Frame{Type: FrameFin, Seq: e.ss})
 	}
+	out = e.pumpResume(out)
 	if e.owed >= max(1, e.cfg.Frames/2) && e.slot {
 		e.slot = false
 		e.stats.CreditFrames++
@@ -915,6 +962,7 @@ func (e *Engine) Pump(out []Action) []Action {
 			f.Flags |= FlagSlot
 			e.slotOwed = false
 		}
+		f.Flags |= e.hint()
 		out = append(out, Action{Kind: SendFrame, Frame: f})
 	}
 	return out
@@ -943,7 +991,68 @@ func (e *Engine) frame(out []Action, id uint64, f Frame) []Action {
 		f.Flags |= FlagSlot
 		e.slotOwed = false
 	}
+	f.Flags |= e.hint()
 	return append(out, Action{Kind: SendFrame, ID: id, Frame: f})
+}
+
+// hint returns the FlagHeld bit for a frame this end sends now.
+func (e *Engine) hint() uint8 {
+	if e.holding() {
+		return FlagHeld
+	}
+	return 0
+}
+
+// holding reports whether the receiver has ADVERTs out or to come without
+// more data from the stream buffer (departure 11): in dynamic mode on a
+// stream, either the oldest pending recv is advertised and not stale (a
+// direct phase: the sender has its ADVERT or will have it), or copying out
+// what the stream buffer holds now would complete every pending recv up to
+// one that is waiting and empty, which is then advertised (b_r = k_a = 0).
+// It is false whenever the receiver needs more data from the stream buffer
+// to make progress: a sender that pauses for the hint is then told to go on.
+func (e *Engine) holding() bool {
+	if !e.hinting() || e.fin {
+		return false
+	}
+	rem := e.br
+	for i := 0; i < e.recvs.len(); i++ {
+		r := e.recvs.at(i)
+		switch {
+		case r.state == recvAdvertised && !r.stale:
+			return true
+		case r.state == recvWaiting && r.filled == 0 && rem == 0:
+			return true
+		}
+		room := r.n - r.filled
+		if (rem == 0 || (r.waitAll && rem < room)) && !mut.HeldNeedsData {
+			// It needs more data from the stream buffer.
+			return false
+		}
+		rem -= min(rem, room)
+	}
+	return false
+}
+
+// hinting reports whether this connection uses the held-recv hint
+// (departure 11): dynamic mode on a stream, unless turned off.
+func (e *Engine) hinting() bool {
+	return e.cfg.Mode == Dynamic && e.cfg.Type == Stream && !e.cfg.NoHeldHint
+}
+
+// pumpResume answers a PAUSE once the receiver no longer holds: an ACK with
+// FlagResume at the sequence number the PAUSE named lets the sender go on
+// through the stream buffer.
+func (e *Engine) pumpResume(out []Action) []Action {
+	if !e.pausedAt || e.holding() || mut.NoResume || !e.canFrame() {
+		return out
+	}
+	e.pausedAt = false
+	f := Frame{Type: FrameAck, Flags: FlagResume, Len: uint32(e.unacked), Seq: e.arr}
+	e.unacked = 0
+	e.stats.AcksSent++
+	e.stats.ResumeFrames++
+	return e.frame(out, 0, f)
 }
 
 func (e *Engine) pumpAck(out []Action) []Action {
@@ -992,12 +1101,18 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 			}
 			break
 		}
+		if e.probing && e.recvs.at(0).state == recvAdvertised {
+			// One ADVERT opens a direct phase; the rest follow its
+			// DIRECT (departure 11).
+			break
+		}
 		if !e.canFrame() {
 			break
 		}
 		if !e.pr.IsDirect() {
 			e.pr = e.pr.Next()
 			e.stats.ReceiverPhaseSwitches++
+			e.probing = e.hinting() && r.n >= e.hintMin(e.cfg.RecvBuffer)
 		}
 		r.state = recvAdvertised
 		r.advert = e.nextAdvert
@@ -1042,6 +1157,20 @@ func (e *Engine) pumpSends(out []Action) []Action {
 		if e.cfg.Mode == DirectOnly {
 			return out
 		}
+		if e.pauseForHeld() {
+			if !e.hstalled {
+				e.hstalled = true
+				e.stats.HeldPauses++
+			}
+			e.paused = true
+			if !e.pauseSent {
+				e.pauseSent = true
+				e.stats.PauseFrames++
+				out = e.frame(out, 0, Frame{Type: FramePause, Seq: e.ss})
+			}
+			return out
+		}
+		e.hstalled = false
 		if e.bs == 0 && !(e.cfg.Type == SeqPacket && e.sends.at(e.cur).n == 0) {
 			if !e.cstalled {
 				e.cstalled = true
@@ -1057,6 +1186,27 @@ func (e *Engine) pumpSends(out []Action) []Action {
 		out = e.indirect(out)
 	}
 	return out
+}
+
+// pauseForHeld reports whether the sender, with no usable ADVERT, holds back
+// an indirect transfer (departure 11): it is paused and has not been told to
+// resume, or the receiver's last frame said it has ADVERTs out or to come
+// without more data (FlagHeld) and the next send has at least HintMin bytes
+// left. (canFrame has been checked: a PAUSE frame can go at once.)
+func (e *Engine) pauseForHeld() bool {
+	if !e.hinting() || !(e.held || e.paused) {
+		return false
+	}
+	s := e.sends.at(e.cur)
+	return e.paused || s.n-s.issued >= e.hintMin(e.cfg.PeerRecvBuffer)
+}
+
+// hintMin is Config.HintMin for a stream buffer of ring bytes.
+func (e *Engine) hintMin(ring int) int {
+	if e.cfg.HintMin > 0 {
+		return e.cfg.HintMin
+	}
+	return max(1, ring/32)
 }
 
 // freshAdvert drops stale ADVERTs from the head of q_A and returns the head
@@ -1093,6 +1243,7 @@ func (e *Engine) stale(a *advert) bool {
 
 // direct emits one direct transfer into ADVERT a.
 func (e *Engine) direct(out []Action, a *advert) []Action {
+	e.paused, e.pauseSent = false, false
 	f := Frame{Type: FrameDirect, Phase: e.ps, Seq: e.ss, ID: a.id}
 	if e.cfg.Type == SeqPacket {
 		s := e.sends.at(e.cur)

@@ -27,10 +27,14 @@ const (
 	FrameFin
 	// FrameCredit only returns frame credits.
 	FrameCredit
+	// FramePause says that the sender, at sequence number Seq, waits for the
+	// ADVERTs the receiver's FlagHeld promised instead of writing into the
+	// stream buffer (sender to receiver, dynamic mode on a stream).
+	FramePause
 	frameTypeEnd
 )
 
-var frameTypeNames = [...]string{"", "ADVERT", "ACK", "DIRECT", "INDIRECT", "FIN", "CREDIT"}
+var frameTypeNames = [...]string{"", "ADVERT", "ACK", "DIRECT", "INDIRECT", "FIN", "CREDIT", "PAUSE"}
 
 func (t FrameType) String() string {
 	if t > 0 && t < frameTypeEnd {
@@ -52,7 +56,14 @@ const (
 	FlagTooLong
 	// FlagSlot returns the peer's credit slot (see Engine's flow control).
 	FlagSlot
-	flagsAll = FlagWaitAll | FlagEOM | FlagTooLong | FlagSlot
+	// FlagHeld, on any frame, says that the sending end's receiver has
+	// ADVERTs out, or will send some without more data from the stream
+	// buffer (dynamic mode on a stream, docs/protocol.md departure 11).
+	FlagHeld
+	// FlagResume on an ACK answers the PAUSE at its Seq: the receiver will
+	// not advertise without more data; the sender goes on.
+	FlagResume
+	flagsAll = FlagWaitAll | FlagEOM | FlagTooLong | FlagSlot | FlagHeld | FlagResume
 )
 
 // FrameSize is the encoded size of every frame, in bytes.
@@ -65,13 +76,16 @@ const frameVersion = 1
 //
 //	ADVERT:   Phase (P_A), Seq (S_A), ID (advert number), Len (buffer length),
 //	          RKey and Addr (the buffer, filled in by the caller), FlagWaitAll
-//	ACK:      Len (stream-buffer bytes freed), Msgs (messages consumed), FlagTooLong
+//	ACK:      Len (stream-buffer bytes freed), Msgs (messages consumed), FlagTooLong,
+//	          FlagResume with Seq (the PAUSE answered)
 //	DIRECT:   Phase, Seq (of the first unit), ID (the advert filled), Len, FlagEOM, FlagTooLong
 //	INDIRECT: Phase, Seq, Len, RingOff (where in the stream buffer), FlagEOM
 //	FIN:      Seq (the end of the stream)
 //	CREDIT:   nothing else
+//	PAUSE:    Seq (where the sender waits)
 //
-// Every frame carries Credits (frame credits returned) and may carry FlagSlot.
+// Every frame carries Credits (frame credits returned) and may carry FlagSlot
+// and FlagHeld.
 type Frame struct {
 	Type    FrameType
 	Flags   uint8
@@ -157,6 +171,9 @@ func (f Frame) String() string {
 		}
 		return fmt.Sprintf("ADVERT#%d{P=%d S=%d len=%d%s}", f.ID, f.Phase, f.Seq, f.Len, w)
 	case FrameAck:
+		if f.Flags&FlagResume != 0 {
+			return fmt.Sprintf("ACK{bytes=%d msgs=%d resume S=%d%s}", f.Len, f.Msgs, f.Seq, flagText(f.Flags&FlagTooLong))
+		}
 		return fmt.Sprintf("ACK{bytes=%d msgs=%d%s}", f.Len, f.Msgs, flagText(f.Flags&FlagTooLong))
 	case FrameDirect:
 		return fmt.Sprintf("DIRECT{advert=%d P=%d S=%d len=%d%s}", f.ID, f.Phase, f.Seq, f.Len, flagText(f.Flags&(FlagEOM|FlagTooLong)))
@@ -164,6 +181,8 @@ func (f Frame) String() string {
 		return fmt.Sprintf("INDIRECT{P=%d S=%d len=%d at=%d%s}", f.Phase, f.Seq, f.Len, f.RingOff, flagText(f.Flags&FlagEOM))
 	case FrameFin:
 		return fmt.Sprintf("FIN{S=%d}", f.Seq)
+	case FramePause:
+		return fmt.Sprintf("PAUSE{S=%d}", f.Seq)
 	}
 	return f.Type.String()
 }

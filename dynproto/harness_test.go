@@ -16,6 +16,7 @@ type pair struct {
 	// Actions each side emitted at its last input.
 	sOut, rOut []dynproto.Action
 	writes     int    // writes S emitted and not yet reported done
+	sendsDone  int    // SendDone actions S emitted so far
 	recvsDone  int    // RecvDone actions R emitted so far
 	nextRecv   uint64 // one more than the highest recv id posted
 }
@@ -41,6 +42,8 @@ func (p *pair) fromS(acts []dynproto.Action) {
 			p.data = append(p.data, a.Frame)
 		case dynproto.WriteDirect, dynproto.WriteIndirect:
 			p.writes++
+		case dynproto.SendDone:
+			p.sendsDone++
 		}
 	}
 }

@@ -16,15 +16,18 @@ type State struct {
 	Adverts int   // ADVERTs in q_A
 	Sends   int   // sends not yet complete
 	Writes  int   // writes outstanding
+	Held    bool  // the peer's last frame carried FlagHeld
+	Paused  bool  // waiting for the ADVERTs FlagHeld promised
 
 	// Receiver half.
-	PR    Phase // P_r
-	SR    Seq   // S_r
-	SEst  Seq   // S'_r
-	BR    int   // b_r
-	KA    int   // k_a
-	KB    int   // k_b
-	Recvs int   // recvs not yet complete
+	PR       Phase // P_r
+	SR       Seq   // S_r
+	SEst     Seq   // S'_r
+	BR       int   // b_r
+	KA       int   // k_a
+	KB       int   // k_b
+	Recvs    int   // recvs not yet complete
+	PausedAt bool  // a PAUSE arrived and is not yet answered
 
 	FrameCredits int // regular frames this end may send
 	Owed         int // frame credits to return to the peer
@@ -36,8 +39,8 @@ type State struct {
 // State returns a snapshot of the engine's protocol variables.
 func (e *Engine) State() State {
 	return State{
-		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.len(), Sends: e.sends.len(), Writes: e.writes.len(),
-		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.len(),
+		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.len(), Sends: e.sends.len(), Writes: e.writes.len(), Held: e.held, Paused: e.paused,
+		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.len(), PausedAt: e.pausedAt,
 		FrameCredits: e.fc, Owed: e.owed, FinSent: e.finSent, FinReceived: e.fin, Dead: e.dead,
 	}
 }
@@ -112,6 +115,9 @@ func (e *Engine) AppendKey(b []byte) []byte {
 	t(e.shutdown)
 	t(e.finSent)
 	t(e.msgInRing)
+	t(e.held)
+	t(e.paused)
+	t(e.pauseSent)
 	// Receiver half.
 	i(e.recvs.len())
 	for k := 0; k < e.recvs.len(); k++ {
@@ -147,6 +153,8 @@ func (e *Engine) AppendKey(b []byte) []byte {
 	t(e.ackTooLong)
 	u(uint64(e.nextAdvert))
 	t(e.fin)
+	t(e.pausedAt)
+	t(e.probing)
 	return b
 }
 

@@ -50,6 +50,16 @@ import (
 //	| R ADVERTs stale (k_a > 0)     | DIRECT into a stale ADVERT     | refused: ErrProtocol (EPROTO)                   |
 //	| R recvs pending               | FIN                            | every recv done with 0 (end of stream)          |
 //	| R frames owed >= half         | frames arrive                  | CREDIT                                          |
+//
+// The rows above run without departure 11 (Config.NoHeldHint); these run with
+// it:
+//
+//	| R caught up, indirect phase   | two recvs                      | one ADVERT{FlagHeld} (it opens the phase)       |
+//	| R first ADVERT out            | its DIRECT                     | recv done, the waiting recv advertised          |
+//	| S no ADVERT, FlagHeld         | send                           | PAUSE{S_S}, no write                            |
+//	| R PAUSE, nothing to advertise | PAUSE                          | ACK{resume S}                                   |
+//	| S paused                      | ACK{resume S_S}                | the waiting bytes go indirectly                 |
+//	| S paused                      | ADVERT{FlagHeld}               | P_S = P_A, direct write                         |
 func TestTransitions(t *testing.T) {
 	type row struct {
 		name  string
@@ -62,6 +72,7 @@ func TestTransitions(t *testing.T) {
 		// ignore them: piggybacking is checked by the CREDIT row and the
 		// simulations).
 		credits bool
+		hint    bool // with departure 11
 	}
 	send := func(id uint64, n int) func(p *pair) []dynproto.Action {
 		return func(p *pair) []dynproto.Action { p.send(id, n); return p.sOut }
@@ -530,12 +541,115 @@ func TestTransitions(t *testing.T) {
 			},
 			credits: true,
 		},
+		{
+			name: "R caught up, indirect phase, two recvs: one ADVERT opens the direct phase",
+			hint: true,
+			do: func(p *pair) []dynproto.Action {
+				p.recv(7, 10, false)
+				out := p.rOut
+				p.recv(8, 10, false)
+				return append(out, p.rOut...)
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.SendFrame, ID: 7, Frame: dynproto.Frame{Type: dynproto.FrameAdvert, Flags: dynproto.FlagHeld, Phase: 1, Len: 10}},
+			},
+			after: &phases{PR: 1, SEst: 1, KB: 1},
+		},
+		{
+			name: "R first ADVERT of the phase out, its DIRECT: the waiting recv advertised",
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.recv(8, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4)
+			},
+			do: deliverData,
+			want: []dynproto.Action{
+				{Kind: dynproto.RecvDone, ID: 7, Len: 4},
+				{Kind: dynproto.SendFrame, ID: 8, Frame: dynproto.Frame{Type: dynproto.FrameAdvert, Flags: dynproto.FlagHeld, Phase: 1, Seq: 4, ID: 1, Len: 10}},
+			},
+			after: &phases{PS: 1, SS: 4, PR: 1, SR: 4, SEst: 5},
+		},
+		{
+			name: "S no ADVERT, peer holds (FlagHeld): PAUSE, no write",
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.recv(8, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4) // into ADVERT#0
+			},
+			do: send(2, 3),
+			want: []dynproto.Action{
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FramePause, Seq: 4}},
+			},
+		},
+		{
+			name: "R PAUSE, nothing to advertise: ACK{resume}",
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4) // into ADVERT#0, whose frame said FlagHeld
+				p.send(2, 3) // PAUSE
+				if err := p.deliverDataFrames(1); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			do: deliverData,
+			want: []dynproto.Action{
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameAck, Flags: dynproto.FlagResume, Seq: 4}},
+			},
+		},
+		{
+			name: "S paused, ACK{resume S_S}: the waiting bytes go indirectly",
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4)
+				p.send(2, 3)
+				if err := p.deliverDataFrames(2); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			do: func(p *pair) []dynproto.Action {
+				p.deliverCtlFrames(1)
+				return p.sOut
+			},
+			want:  indirect(2, 0, 3, 0, 2, 4),
+			after: &phases{PS: 2, SS: 7, PR: 1, SR: 4, SEst: 4},
+		},
+		{
+			name: "S paused, ADVERT{FlagHeld}: direct write",
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 10, false)
+				p.recv(8, 10, false)
+				p.deliverCtlFrames(1)
+				p.send(1, 4)
+				p.send(2, 3) // PAUSE
+				if err := p.deliverDataFrames(1); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			do: func(p *pair) []dynproto.Action {
+				p.deliverCtlFrames(1)
+				return p.sOut
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.WriteDirect, ID: 2, Len: 3, RKey: 108},
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameDirect, Phase: 1, Seq: 4, ID: 1, Len: 3}},
+			},
+		},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			cfg := scenarioConfig()
 			cfg.AckThreshold = 0
 			cfg.MaxGather = 0
+			cfg.NoHeldHint = !r.hint
 			if r.cfg != nil {
 				r.cfg(&cfg)
 			}

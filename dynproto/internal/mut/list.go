@@ -18,4 +18,6 @@ var All = []Mutant{
 	{"mut_literalcopyout", "the slides' literal copy-out: S'_r is not advanced for a recv that was never advertised"},
 	{"mut_nophasecheck", "the sender accepts an ADVERT from an older phase (P_A < P_S) while in an indirect phase"},
 	{"mut_ringoverrun", "the sender does not stop at the stream buffer's credits (b_s)"},
+	{"mut_noresume", "the receiver never answers a PAUSE (departure 11), so a sender paused for FlagHeld waits forever once the receiver stops holding"},
+	{"mut_heldneedsdata", "the receiver sets FlagHeld although a recv before the ones it would advertise needs more data from the stream buffer (departure 11)"},
 }
