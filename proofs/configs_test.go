@@ -54,6 +54,14 @@ var defaultConfigs = []config{
 	{"dyn-stream-frames3", "mode=dynamic type=stream ring=2 frames=3 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
 	{"dyn-stream-ring3", "mode=dynamic type=stream ring=3 frames=2 a.sends=1,2,3 a.shutdown b.recvs=3,1,2 b.drain=3"},
 	{"dyn-stream-4x4", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1,2 a.shutdown b.recvs=2,1,2,1 b.drain=3"},
+	// The application chooses each length as it posts ("*"): every
+	// combination of lengths 1-3 for the three sends (or the three recvs,
+	// with and without MSG_WAITALL) in one exploration.
+	{"dyn-stream-choose-recvs", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,2,1 a.shutdown b.recvs=*,*,* b.rchoose=1,2w,3 b.drain=3"},
+	{"direct-stream-choose-sends", "mode=direct-only type=stream ring=0 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	{"indirect-stream-choose-sends", "mode=indirect-only type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	{"dyn-seqpacket-choose-sends", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"dyn-stream-choose-sends", "mode=dynamic type=stream ring=1 frames=1 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
 }
 
 // deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,
@@ -72,6 +80,9 @@ var deepConfigs = []config{
 	{"deep-dyn-stream-4x4-ring3-frames3", "mode=dynamic type=stream ring=3 frames=3 a.sends=3,1,2,3 a.shutdown b.recvs=1,3,2,3 b.drain=3"},
 	{"deep-dyn-stream-5x5", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1,2,1 a.shutdown b.recvs=2,1,2,1,2 b.drain=3"},
 	{"deep-dyn-stream-4x4-ring4-frames3", "mode=dynamic type=stream ring=4 frames=3 a.sends=3,2,3,1 a.shutdown b.recvs=2,3,1,3 b.drain=3"},
+	{"deep-dyn-stream-choose-sends-ring2", "mode=dynamic type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"deep-dyn-seqpacket-choose-sends-ring2", "mode=dynamic type=seqpacket ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"deep-dyn-stream-choose-recvs-ring2", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2,1 a.shutdown b.recvs=*,*,* b.rchoose=1,2,1w,2w b.drain=3"},
 }
 
 // smokeConfigs are all that run under the race detector (the checker is
