@@ -131,7 +131,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	}
 	tr, err := openTransport(o.transport)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	defer tr.Close()
 	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
@@ -270,7 +270,7 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	}
 	tr, err := openTransport(o.transport)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	defer tr.Close()
 	tcp, notes, err := prepareTCP(o.tcp, &o.cc)

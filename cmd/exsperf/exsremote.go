@@ -66,28 +66,27 @@ type exsCtl struct {
 	q   *exs.Queue
 }
 
-func (c *exsCtl) Write(b []byte) (int, error) {
-	if err := c.s.Send(c.q, b, nil, 0, nil); err != nil {
-		return 0, err
+// do posts one operation and waits for its event.
+func (c *exsCtl) do(post func() error) (exs.Event, error) {
+	if err := post(); err != nil {
+		return exs.Event{}, err
 	}
 	ev, err := dequeueOne(c.ctx, c.q)
 	if err == nil {
 		err = ev.Err
 	}
-	if err != nil {
+	return ev, err
+}
+
+func (c *exsCtl) Write(b []byte) (int, error) {
+	if _, err := c.do(func() error { return c.s.Send(c.q, b, nil, 0, nil) }); err != nil {
 		return 0, err
 	}
 	return len(b), nil
 }
 
 func (c *exsCtl) Read(b []byte) (int, error) {
-	if err := c.s.Recv(c.q, b, nil, 0, nil); err != nil {
-		return 0, err
-	}
-	ev, err := dequeueOne(c.ctx, c.q)
-	if err == nil {
-		err = ev.Err
-	}
+	ev, err := c.do(func() error { return c.s.Recv(c.q, b, nil, 0, nil) })
 	if err != nil {
 		return 0, err
 	}

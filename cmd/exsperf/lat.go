@@ -63,7 +63,7 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 	}
 	tr, err := openTransport(o.transport)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	defer tr.Close()
 	tcp, notes, err := prepareTCP(o.tcp, &o.cc)

@@ -90,7 +90,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 	}
 	tr, err := openTransport(o.transport)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	defer tr.Close()
 	var tcp transport

@@ -176,7 +176,8 @@ func transportNames() string {
 	return b.String()
 }
 
-// openTransport returns the transport called name. "auto" is exs-shm (a
+// openTransport returns the transport called name: an unknown name is a
+// usageError, a transport that fails to start a plain error. "auto" is exs-shm (a
 // child process as the peer over the same-host provider) or, when that
 // cannot run here, exs over the in-process provider, with a note that says
 // why (transportNotes).
@@ -193,7 +194,7 @@ func openTransport(name string) (transport, error) {
 			return t.make()
 		}
 	}
-	return nil, fmt.Errorf("unknown transport %q (want auto, %s)", name, transportNames())
+	return nil, usagef("unknown transport %q (want auto, %s)", name, transportNames())
 }
 
 // autoTransport is what "auto" means where the same-host provider runs.

@@ -1193,25 +1193,35 @@ func (r *payloadReader) pull(p []byte) (int, error) {
 	v := &l.riov
 	v.addLocal(p[:k])
 	remoteFrom(v, r.iov, r.off, k)
-	l.peer.access.Add(1)
-	var n int
-	var err error
-	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
-	} else {
-		n, err = v.transfer(l.peerPID, false, k)
-	}
-	l.peer.access.Add(-1)
-	v.reset()
-	if r.off == 0 {
-		l.st.pulls.Add(1)
-	}
+	n, err := l.peerTransfer(v, false, k, r.off == 0)
 	r.off += n
 	r.rem -= n
 	if err != nil {
 		return n, fmt.Errorf("exs: shm: read the initiator's memory: %w", err)
 	}
 	return n, nil
+}
+
+// peerTransfer moves k bytes between the local and remote iovecs set up in
+// v (into the peer's memory if write), unless the peer has terminated,
+// holding the peer's access count meanwhile so that the peer's
+// deregistration waits for the copy; v is reset afterwards. first counts a
+// pull in the statistics.
+func (l *link) peerTransfer(v *iovecs, write bool, k int, first bool) (int, error) {
+	l.peer.access.Add(1)
+	var n int
+	var err error
+	if l.peer.closed.Load() != 0 {
+		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
+	} else {
+		n, err = v.transfer(l.peerPID, write, k)
+	}
+	l.peer.access.Add(-1)
+	v.reset()
+	if first {
+		l.st.pulls.Add(1)
+	}
+	return n, err
 }
 
 // discard skips payload bytes Deliver did not read.
@@ -1278,19 +1288,7 @@ func (w *sinkWriter) Write(b []byte) (int, error) {
 	v := &l.riov
 	v.addLocal(b)
 	remoteFrom(v, w.iov, w.off, len(b))
-	l.peer.access.Add(1)
-	var n int
-	var err error
-	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
-	} else {
-		n, err = v.transfer(l.peerPID, true, len(b))
-	}
-	l.peer.access.Add(-1)
-	v.reset()
-	if w.off == 0 {
-		l.st.pulls.Add(1)
-	}
+	n, err := l.peerTransfer(v, true, len(b), w.off == 0)
 	w.off += n
 	w.rem -= n
 	if err != nil {
