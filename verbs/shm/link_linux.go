@@ -429,7 +429,7 @@ func (l *link) direct(m *verbs.Message, alone bool) (bool, error) {
 		if !alone {
 			return false, nil
 		}
-		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
+		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, peerErr(err))
 	}
 	l.st.direct.Add(1)
 	return true, nil
@@ -1202,6 +1202,16 @@ func (r *payloadReader) pull(p []byte) (int, error) {
 	return n, nil
 }
 
+// peerErr marks a cross-memory-attach failure that says the peer process
+// is gone (ESRCH) as a reset connection, which is what it is: the same
+// error the closing of the Unix socket reports a moment later.
+func peerErr(err error) error {
+	if errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%w (%w)", syscall.ECONNRESET, err)
+	}
+	return err
+}
+
 // peerTransfer moves k bytes between the local and remote iovecs set up in
 // v (into the peer's memory if write), unless the peer has terminated,
 // holding the peer's access count meanwhile so that the peer's
@@ -1215,6 +1225,7 @@ func (l *link) peerTransfer(v *iovecs, write bool, k int, first bool) (int, erro
 		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
 	} else {
 		n, err = v.transfer(l.peerPID, write, k)
+		err = peerErr(err)
 	}
 	l.peer.access.Add(-1)
 	v.reset()

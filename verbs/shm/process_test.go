@@ -251,6 +251,24 @@ func peerKilled(t *testing.T, mode string) {
 		}
 	}
 	t.Logf("%d work requests posted, the first failure was number %d", posted, failedAt)
+	if failedAt < 0 {
+		// Every work request had completed when the death was noticed
+		// (the direct path completes WRITEs and READs in the poster's
+		// goroutine): one posted now must fail.
+		t.Logf("nothing was outstanding when the peer died: posting one more")
+		wr := wrs[0]
+		wr.WRID = uint64(posted)
+		if err := qp.PostSend(wr); err == nil {
+			posted++
+			for completed < posted && ctx.Err() == nil {
+				if poll() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		} else {
+			failedAt = completed
+		}
+	}
 	if failedAt < 0 || badAfter > 0 {
 		t.Errorf("failures start at %d, %d successes after the first failure", failedAt, badAfter)
 	}
