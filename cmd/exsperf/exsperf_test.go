@@ -567,3 +567,19 @@ func TestSig(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareFallback makes the same-host transport unable to start (its
+// temporary directory cannot be made) and checks that the default run
+// falls back to the in-process provider and says why.
+func TestCompareFallback(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	out := exsperf(t, append(fast, "--sizes", "4096", "--modes", "dynamic", "--tcp", "off")...)
+	for _, s := range []string{"could not run here", "in-process provider", "| 4 KiB | dynamic |"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "transport: "+autoTransport) {
+		t.Errorf("output claims the %s transport:\n%s", autoTransport, out)
+	}
+}
