@@ -2,6 +2,8 @@ package exs_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exsgo/exs/exs"
+	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
 )
@@ -286,5 +289,48 @@ func TestNoGoroutineAfterClose(t *testing.T) {
 	}
 	if err := goleak.Find(ignore); err != nil {
 		t.Errorf("after Stack.Close: %v", err)
+	}
+}
+
+// failAllocProvider is the in-process provider with an allocator that
+// always fails, as the same-host provider's does outside Linux.
+type failAllocProvider struct{ *inproc.Provider }
+
+func (failAllocProvider) Alloc(n int) ([]byte, error) {
+	return nil, errors.New("exs: test: no shared memory here")
+}
+
+func (failAllocProvider) Free(b []byte) error {
+	return fmt.Errorf("exs: test: free memory not from Alloc: %w", mreg.ErrInvalid)
+}
+
+// TestStackAllocFallback checks that Stack.Alloc falls back to mreg.Alloc
+// when the first provider's allocator fails, and that Stack.Free returns
+// that memory.
+func TestStackAllocFallback(t *testing.T) {
+	st, err := exs.NewStack(exs.WithProvider("afail", failAllocProvider{inproc.New()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := st.Alloc(5000)
+	if err != nil {
+		t.Fatalf("Alloc with a failing provider allocator: %v, want memory from mreg.Alloc", err)
+	}
+	if len(b) != 5000 {
+		t.Fatalf("Alloc(5000) returned %d bytes", len(b))
+	}
+	h, err := st.Mregister(b, exs.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Mderegister(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Free(b); err != nil {
+		t.Errorf("Free of the fallback allocation: %v", err)
+	}
+	if err := st.Free(b); !errors.Is(err, exs.ErrInvalid) {
+		t.Errorf("second Free = %v, want ErrInvalid", err)
 	}
 }

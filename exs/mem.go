@@ -225,17 +225,21 @@ type Allocator interface {
 
 // Alloc returns n bytes of zeroed, page-aligned memory for Mregister: from
 // the allocator of the first of the stack's providers (in the order of
-// their schemes) that offers one (Allocator), otherwise from mreg.Alloc.
-// Return it with Free once every handle on it is deregistered. Alloc
-// returns an error matching ErrInvalid if n is not positive.
+// their schemes) that offers one (Allocator), otherwise, or if that
+// allocator fails (the same-host provider's outside Linux, or without
+// memfd), from mreg.Alloc. Return it with Free once every handle on it is
+// deregistered. Alloc returns an error matching ErrInvalid if n is not
+// positive.
 func (st *Stack) Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, opErr("alloc", "", fmt.Errorf("%w: allocate %d bytes", ErrInvalid, n))
 	}
 	for _, d := range st.devs {
 		if a, ok := d.dev.Provider().(Allocator); ok {
-			b, err := a.Alloc(n)
-			return b, opErr("alloc", "", err)
+			if b, err := a.Alloc(n); err == nil {
+				return b, nil
+			}
+			break
 		}
 	}
 	b, err := mreg.Alloc(n)

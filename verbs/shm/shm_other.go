@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -46,7 +47,9 @@ func (p *Provider) Alloc(n int) ([]byte, error) {
 	return nil, fmt.Errorf("%w: allocate %d bytes", errUnsupported, n)
 }
 
-// Free fails: nothing was allocated.
+// Free fails with an error wrapping mreg.ErrInvalid: nothing was
+// allocated, so b is not memory from Alloc (callers such as exs.Stack.Free
+// then try the allocator the memory came from).
 func (p *Provider) Free(b []byte) error {
-	return fmt.Errorf("%w: free", errUnsupported)
+	return fmt.Errorf("%w: free memory not from Alloc: %w", errUnsupported, mreg.ErrInvalid)
 }
