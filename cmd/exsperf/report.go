@@ -180,6 +180,7 @@ type report struct {
 	Notes     []string       `json:"notes,omitempty"`
 	Stream    []row          `json:"stream,omitempty"`
 	Latency   []latRow       `json:"latency,omitempty"`
+	Targets   *targets       `json:"targets,omitempty"` // sweep only
 }
 
 func writeJSON(path string, stdout io.Writer, r *report) error {

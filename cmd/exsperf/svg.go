@@ -75,6 +75,32 @@ func niceMax(v float64) (top, step float64) {
 }
 
 func (p *plot) svg() []byte {
+	var b bytes.Buffer
+	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	p.write(&b, -1)
+	return b.Bytes()
+}
+
+// panels writes plots as one SVG document, stacked top to bottom.
+func panels(ps []*plot) []byte {
+	if len(ps) == 1 {
+		return ps[0].svg()
+	}
+	var b bytes.Buffer
+	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	h := svgH * len(ps)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n", svgW, h, svgW, h, fontAttrs)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, h)
+	for i, p := range ps {
+		p.write(&b, i*svgH)
+	}
+	b.WriteString("</svg>\n")
+	return b.Bytes()
+}
+
+// write writes the plot as an svg element: the document's root if y0 is
+// negative, else a panel nested at y0 in a larger document.
+func (p *plot) write(b *bytes.Buffer, y0 int) {
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), 0.0
 	for _, s := range p.series {
 		for i, x := range s.xs {
@@ -130,35 +156,37 @@ func (p *plot) svg() []byte {
 		}
 	}
 
-	var b bytes.Buffer
-	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n", svgW, svgH, svgW, svgH, fontAttrs)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>`+"\n", padL, txtCol, esc(p.title))
+	if y0 < 0 {
+		fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n", svgW, svgH, svgW, svgH, fontAttrs)
+	} else {
+		fmt.Fprintf(b, `<svg x="0" y="%d" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", y0, svgW, svgH, svgW, svgH)
+	}
+	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
+	fmt.Fprintf(b, `<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>`+"\n", padL, txtCol, esc(p.title))
 	if p.note != "" {
-		fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">%s</text>`+"\n", padL, esc(p.note))
+		fmt.Fprintf(b, `<text x="%d" y="40" fill="#555">%s</text>`+"\n", padL, esc(p.note))
 	}
 	// Y grid and ticks.
 	for _, y := range yTicks {
 		py := fy(y)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", padL, py, padL+plotW, py, gridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s">%s</text>`+"\n", padL-6, py+4, txtCol, esc(tickLabel(y)))
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", padL, py, padL+plotW, py, gridColor)
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s">%s</text>`+"\n", padL-6, py+4, txtCol, esc(tickLabel(y)))
 	}
 	// X ticks.
 	for _, x := range p.xTicks(xmin, xmax) {
 		px := fx(x)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", px, padT, px, padT+plotH, gridColor)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", px, padT, px, padT+plotH, gridColor)
 		label := tickLabel(x)
 		if p.xSizes {
 			label = strings.ReplaceAll(sizeName(int(x)), " ", "")
 			label = strings.TrimSuffix(strings.TrimSuffix(label, "iB"), "B")
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", px, padT+plotH+18, txtCol, esc(label))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", px, padT+plotH+18, txtCol, esc(label))
 	}
 	// Axes and labels.
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, axisColor)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", padL+plotW/2, svgH-14, txtCol, esc(p.xlabel))
-	fmt.Fprintf(&b, `<text transform="translate(18 %d) rotate(-90)" text-anchor="middle" fill="%s">%s</text>`+"\n", padT+plotH/2, txtCol, esc(p.ylabel))
+	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, axisColor)
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", padL+plotW/2, svgH-14, txtCol, esc(p.xlabel))
+	fmt.Fprintf(b, `<text transform="translate(18 %d) rotate(-90)" text-anchor="middle" fill="%s">%s</text>`+"\n", padT+plotH/2, txtCol, esc(p.ylabel))
 	// Lines, with a marker at each point, and the legend.
 	for i, s := range p.series {
 		color := s.color
@@ -175,7 +203,7 @@ func (p *plot) svg() []byte {
 		var pts []string
 		flush := func() {
 			if len(pts) > 1 {
-				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="0.85"%s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
+				fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="0.85"%s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
 			}
 			pts = pts[:0]
 		}
@@ -186,15 +214,14 @@ func (p *plot) svg() []byte {
 				continue
 			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", fx(x), fy(y)))
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", fx(x), fy(y), color)
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", fx(x), fy(y), color)
 		}
 		flush()
 		ly := padT + 8 + 20*i
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", legendX, ly, legendX+24, ly, color, dash)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", legendX+30, ly+4, txtCol, esc(s.name))
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", legendX, ly, legendX+24, ly, color, dash)
+		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", legendX+30, ly+4, txtCol, esc(s.name))
 	}
 	b.WriteString("</svg>\n")
-	return b.Bytes()
 }
 
 func (p *plot) xTicks(xmin, xmax float64) []float64 {
