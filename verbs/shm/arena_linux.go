@@ -15,8 +15,8 @@ import (
 
 // The shared allocator. Alloc hands out memory that lives in an arena: a
 // sealed memfd of its own, mapped shared. When a region registered in an
-// arena is published to a connection, the arena's memfd goes first to the
-// peer over the connection's Unix socket (SCM_RIGHTS), and the published
+// arena for remote access (RemoteRead or RemoteWrite) is published to a
+// connection, the arena's memfd goes first to the peer over the connection's Unix socket (SCM_RIGHTS), and the published
 // entry names the arena and the region's offset in it. The peer's watcher
 // maps the arena; from then on the peer's initiator moves the bytes of an
 // RDMA WRITE or READ into or out of the region with a plain copy into its
@@ -60,9 +60,10 @@ func (a *arena) contains(addr, n uint64) bool {
 
 // Alloc returns n bytes of zeroed, page-aligned memory from the shared
 // allocator: a memfd of its own (the allocation rounded up to whole pages),
-// mapped shared. Registered with a device of this provider, the memory is
-// mapped by the peers the registration is published to, so that their RDMA
-// WRITEs and READs into it are plain copies, with no system call (see the
+// mapped shared. Registered with a device of this provider for remote
+// access, the memory is mapped by the peers the registration is published
+// to (memory with only local registrations is never handed out), so that
+// their RDMA WRITEs and READs into it are plain copies, with no system call (see the
 // package documentation). A peer that maps it can write any byte of the
 // allocation: register such memory only for peers trusted as much as with
 // cross-memory attach. Memory from Alloc may be registered with other

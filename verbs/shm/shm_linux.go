@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -116,9 +117,20 @@ func (p *Provider) MemoryRegistered(pd *verbs.PD, mr *verbs.MR) {
 	}
 	st.regions[mr] = pr
 	for l := range st.links {
-		l.sendArena(pr.arena)
+		l.sendArena(pr.shareable())
 		l.publish(pr)
 	}
+}
+
+// shareable returns the arena to hand the peers for the region: its arena
+// if the region allows remote access, else nil. A peer that maps an arena
+// can write any byte of it, so an arena holding only local registrations
+// (send buffers, say) is never handed out.
+func (pr pubRegion) shareable() *arena {
+	if pr.info.Access&(mreg.RemoteRead|mreg.RemoteWrite) == 0 {
+		return nil
+	}
+	return pr.arena
 }
 
 // MemoryDeregistered withdraws a registration and waits until no peer
@@ -213,7 +225,7 @@ func (p *Provider) sendArenas(l *link) {
 	l.started = true
 	if st := p.pds[l.pd]; st != nil {
 		for _, pr := range st.regions {
-			l.sendArena(pr.arena)
+			l.sendArena(pr.shareable())
 		}
 	}
 }
