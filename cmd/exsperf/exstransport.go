@@ -341,7 +341,9 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 	events := make([]exs.Event, len(rbufs))
 	var bytes int64
 	next := 0
-	start := time.Now()
+	// The clock starts at the first completion, not at the first post: the
+	// sender may not be running yet (a slow or loaded machine).
+	var start time.Time
 	win := window{warmup: warmup, d: d}
 	for {
 		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
@@ -371,7 +373,10 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 			}
 			next = (next + 1) % len(rbufs)
 		}
-		if win.phase < 2 {
+		if n > 0 && start.IsZero() {
+			start = time.Now()
+		}
+		if win.phase < 2 && !start.IsZero() {
 			if edge := win.check(time.Since(start)); edge != edgeNone {
 				if !mark(edge, bytes) {
 					return nil
@@ -391,6 +396,9 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 	p := e.p
 	bufs, mh, err := e.region(p.Sends, p.Size, exs.AccessRead)
 	if err != nil {
+		if stop.Load() {
+			return nil // the receiver ended before the sender started
+		}
 		return err
 	}
 	var off uint64
@@ -403,6 +411,9 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 	}
 	for _, b := range bufs {
 		if err := post(b); err != nil {
+			if stop.Load() {
+				return nil
+			}
 			return err
 		}
 	}
@@ -508,10 +519,13 @@ func (e *exsEnd) echo(stop *atomic.Bool, endOK bool) error {
 	stopped := func() bool { return endOK || stop.Load() }
 	size := e.p.Size
 	bufs, mh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
-	if err != nil {
-		return err
+	if err == nil {
+		err = e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil)
 	}
-	if err := e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
+	if err != nil {
+		if stop.Load() {
+			return nil // the stack closed before this side started
+		}
 		return err
 	}
 	events := make([]exs.Event, 2)
