@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,8 +444,6 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (resu
 	wg.Add(1)
 	go func() { // the sender; owner: this function, which stops it below
 		defer wg.Done()
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		serr = e.sender(&stop, &sent)
 	}()
 	// The client's interval starts at its own warm-up edge and ends when

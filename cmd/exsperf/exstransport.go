@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,8 +273,6 @@ func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	wg.Add(1)
 	go func() { // the sender; owner: this function, which stops it below
 		defer wg.Done()
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		serr = xp.cs.sender(&stop, &sent)
 	}()
 	var m [2]sockMark
@@ -320,13 +317,17 @@ func exsDirect(s0, s1 exs.Stats) result {
 	}
 }
 
+// The exs ends run on ordinary goroutines, not on threads held with
+// runtime.LockOSThread: while they wait they spin and yield (the adaptive
+// wait mode), and a goroutine that holds its thread costs two thread
+// hand-offs through the kernel each time it yields. Their CPU time is the
+// process's (getrusage RUSAGE_SELF), which needs no held thread.
+
 // receiver keeps Recvs recvs of Size bytes posted and times the measured
 // interval: at each edge it calls mark with the bytes received so far,
 // which says whether to go on receiving. After the interval it goes on until mark says stop, or
 // until the stream ends or breaks (then it returns nil).
 func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark func(edge int, bytes int64) bool) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	p := e.p
 	rbufs, rmh, err := e.region(p.Recvs, p.Size, exs.AccessWrite)
 	if err != nil {
@@ -456,8 +457,6 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 	var stop atomic.Bool
 	echoErr := make(chan error, 1)
 	go func() { // the echoing side; owner: this function, which stops it below
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		echoErr <- xp.rs.echo(&stop, false)
 	}()
 	rts, err := xp.cs.ping(ctx, warmup, d)
@@ -473,8 +472,6 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 // ping sends Size bytes and waits for Size bytes back, for warmup and then
 // for d, and returns the round trips of the measured interval.
 func (e *exsEnd) ping(ctx context.Context, warmup, d time.Duration) ([]time.Duration, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	size := e.p.Size
 	cb, cmh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
 	if err != nil {
