@@ -21,6 +21,10 @@ import (
 // most scatter/gather elements of one RDMA WRITE.
 const maxGather = 8
 
+// ackFraction is the fraction of its stream buffer a receiver frees before
+// it ACKs (dynproto.Config.AckThreshold).
+const ackFraction = 8
+
 // Work request identifiers. A frame's SEND is signaled and carries, in its
 // WRID, how many write actions (bits 0..23) and write work requests (bits
 // 24..47) were posted since the previous frame: the writes are unsignaled,
@@ -178,6 +182,11 @@ func (c *conn) start(peer *hello) error {
 		Frames:         cfg.frames,
 		PeerFrames:     int(peer.frames),
 		MaxGather:      maxGather,
+		// ACK every eighth of the stream buffer rather than every half,
+		// so that the sender refills the buffer while the receiver still
+		// copies out of it (the ends work in turns with half: 9-10 against
+		// 13-14 GB/s for 1 MiB messages indirect-only between processes).
+		AckThreshold: len(c.ring) / ackFraction,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConnAborted, err)
