@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -528,49 +526,30 @@ var _ = dynproto.Dynamic
 // connection or its stdin closes.
 type exsProcTransport struct {
 	*exsNetTransport
-	dir   string
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan error
+	dir  string
+	peer *peerProc
 }
 
 // startExsProc starts the child and connects to it.
 func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("exs: starting the peer process: %w", err)
-	}
 	// A short directory: Unix socket paths have a limit of about 100 bytes.
 	dir, err := os.MkdirTemp("", "exsperf")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("exs: starting the peer process: %w", err)
 	}
 	t := &exsProcTransport{dir: dir}
 	defer func() {
 		if err != nil {
-			t.Close()
+			err = errors.Join(err, t.Close())
 		}
 	}()
 	addr := shm.Scheme + filepath.Join(dir, "peer")
-	cmd := exec.Command(exe, "peer", "--listen", addr)
-	cmd.Env = append(os.Environ(), peerEnv+"=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
+	var line string
+	if t.peer, line, err = startPeer(ctx, "peer", "--listen", addr); err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exs: starting the peer process: %w", err)
-	}
-	t.cmd, t.stdin, t.done = cmd, in, make(chan error, 1)
-	go func() { t.done <- cmd.Wait() }() // owner: Close, which waits for it
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "listening "+addr {
-		return nil, fmt.Errorf("exs: the peer process did not start (it said %q): %v", line, err)
+	if strings.TrimSpace(line) != "listening "+addr {
+		return nil, fmt.Errorf("exs: the peer process did not start (it said %q)", short(line))
 	}
 	about := "exs sockets to a child exsperf process over the same-host provider (" + addr + "), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
@@ -589,25 +568,22 @@ func (t *exsProcTransport) notes() []string {
 
 // Close ends the control connection and the child (it exits when either
 // its control connection or its stdin closes; it is killed if it has not
-// within five seconds) and removes the directory.
+// within peerExitTimeout) and removes the directory. It returns every
+// error of these steps.
 func (t *exsProcTransport) Close() error {
-	var err error
+	var errs []error
 	if t.exsNetTransport != nil {
-		err = t.exsNetTransport.Close()
+		errs = append(errs, t.exsNetTransport.Close())
 	}
-	if t.cmd != nil {
-		t.stdin.Close()
-		select {
-		case err = <-t.done:
-		case <-time.After(5 * time.Second):
-			t.cmd.Process.Kill()
-			<-t.done
-			err = errors.New("exs: the peer process did not exit: killed")
-		}
-		t.cmd = nil
+	if t.peer != nil {
+		errs = append(errs, t.peer.Close())
+		t.peer = nil
 	}
-	os.RemoveAll(t.dir)
-	return err
+	if t.dir != "" {
+		errs = append(errs, os.RemoveAll(t.dir))
+		t.dir = ""
+	}
+	return errors.Join(errs...)
 }
 
 // fallbackTransport is the transport "auto" chose when the first choice
