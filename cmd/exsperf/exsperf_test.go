@@ -813,21 +813,42 @@ func TestExsLateSender(t *testing.T) {
 }
 
 // TestPeerStartFails: a child that never prints its address line, or exits
-// without it, makes starting the same-host transport fail with an error
-// that says so, within the start timeout (or the context's deadline)
-// instead of hanging; the child is stopped and the temporary directory
-// removed.
+// without it, makes starting the same-host transport (or the TCP one to a
+// child) fail with an error that says so, within the start timeout (or the
+// context's deadline) instead of hanging; the child is stopped and the
+// temporary directory removed.
 func TestPeerStartFails(t *testing.T) {
 	defer func(d time.Duration) { peerStartTimeout = d }(peerStartTimeout)
 	peerStartTimeout = 500 * time.Millisecond
+	exsShm := func(ctx context.Context) error {
+		tr, err := startExsProc(ctx)
+		if err == nil {
+			err = errors.Join(errors.New("started"), tr.Close())
+		}
+		return err
+	}
+	tcpProc := func(ctx context.Context) error {
+		tr, err := newProcTransport("tcp")
+		if err != nil {
+			return err
+		}
+		pr, err := tr.Open(ctx, pairParams{Size: 64, Sends: 1, Recvs: 1})
+		if err == nil {
+			err = errors.Join(errors.New("started"), pr.Close())
+		}
+		return errors.Join(err, tr.Close())
+	}
 	for _, c := range []struct {
 		name, fake string
+		start      func(context.Context) error
 		ctx        time.Duration // the context's deadline; 0 for none
 		want       string
 	}{
-		{"silent", "silent", 0, "did not start: no address line within 500ms"},
-		{"silent ctx", "silent", 200 * time.Millisecond, "context deadline exceeded"},
-		{"exit", "exit", 0, "exit status 3"},
+		{"silent", "silent", exsShm, 0, "did not start: no address line within 500ms"},
+		{"silent ctx", "silent", exsShm, 200 * time.Millisecond, "context deadline exceeded"},
+		{"exit", "exit", exsShm, 0, "exit status 3"},
+		{"tcp silent", "silent", tcpProc, 0, "did not start: no address line within 500ms"},
+		{"tcp exit", "exit", tcpProc, 0, "exit status 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
@@ -841,13 +862,7 @@ func TestPeerStartFails(t *testing.T) {
 			}
 			begin := time.Now()
 			res := make(chan error, 1)
-			go func() { // owner: this test, which takes res or fails
-				tr, err := startExsProc(ctx)
-				if err == nil {
-					err = errors.Join(errors.New("started"), tr.Close())
-				}
-				res <- err
-			}()
+			go func() { res <- c.start(ctx) }() // owner: this test, which takes res or fails
 			var err error
 			select {
 			case err = <-res:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -9,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -351,9 +348,7 @@ func (np *netPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 // that crosses processes is added by having the child listen on it too.
 type procTransport struct {
 	netTransport
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan error
+	peer *peerProc
 }
 
 // peerEnv makes a test binary behave as exsperf when re-executed as a peer.
@@ -367,8 +362,8 @@ func newProcTransport(scheme string) (*procTransport, error) {
 }
 
 func (t *procTransport) Open(ctx context.Context, p pairParams) (pair, error) {
-	if t.cmd == nil {
-		if err := t.start(p.CC); err != nil {
+	if t.peer == nil {
+		if err := t.start(ctx, p.CC); err != nil {
 			return nil, err
 		}
 	}
@@ -377,57 +372,26 @@ func (t *procTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 
 // start re-executes this binary as "exsperf peer" and reads the address it
 // listens on. The child exits when its stdin closes.
-func (t *procTransport) start(cc string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("exs: starting the peer process: %w", err)
-	}
-	cmd := exec.Command(exe, "peer", "--cc", cc)
-	cmd.Env = append(os.Environ(), peerEnv+"=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+func (t *procTransport) start(ctx context.Context, cc string) error {
+	p, line, err := startPeer(ctx, "peer", "--cc", cc)
 	if err != nil {
 		return err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("exs: starting the peer process: %w", err)
-	}
-	t.done = make(chan error, 1)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-		return fmt.Errorf("exs: the peer process did not start: %w", err)
 	}
 	a, err := parsePeerAddr(strings.TrimSpace(strings.TrimPrefix(line, "listening ")), true)
 	if err != nil {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-		return fmt.Errorf("exs: the peer process said %q: %w", line, err)
+		return errors.Join(fmt.Errorf("exs: the peer process said %q: %w", short(line), err), p.Close())
 	}
-	t.addr, t.cmd, t.stdin = a, cmd, in
-	go func() { t.done <- cmd.Wait() }()
+	t.addr, t.peer = a, p
 	return nil
 }
 
 // Close ends the child: it closes its stdin, then kills it if it has not
-// exited within five seconds.
+// exited within peerExitTimeout.
 func (t *procTransport) Close() error {
-	if t.cmd == nil {
+	if t.peer == nil {
 		return nil
 	}
-	t.stdin.Close()
-	select {
-	case err := <-t.done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.cmd.Process.Kill()
-		return <-t.done
-	}
+	err := t.peer.Close()
+	t.peer = nil
+	return err
 }
