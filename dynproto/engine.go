@@ -101,6 +101,16 @@ type Config struct {
 	// write each after a wait. Zero means a 32nd of the stream buffer
 	// (at least 1); both ends then use the same value.
 	HintMin int
+	// MaxIndirect is the most bytes one indirect transfer carries (stream
+	// mode); zero means no limit but the credits and the end of the stream
+	// buffer. Smaller transfers let the receiver copy out one while the
+	// sender writes the next.
+	MaxIndirect int
+	// AdvertMin is the least length, in bytes, of a recv that the receiver
+	// advertises in dynamic mode (departure 12): a smaller recv, and the
+	// recvs after it, are filled from the stream buffer, where small
+	// transfers are gathered. Zero advertises every recv, as in the slides.
+	AdvertMin int
 }
 
 func (c *Config) check() error {
@@ -121,6 +131,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: max gather %d", ErrConfig, c.MaxGather)
 	case c.HintMin < 0:
 		return fmt.Errorf("%w: hint minimum %d", ErrConfig, c.HintMin)
+	case c.MaxIndirect < 0:
+		return fmt.Errorf("%w: indirect transfer maximum %d", ErrConfig, c.MaxIndirect)
+	case c.AdvertMin < 0:
+		return fmt.Errorf("%w: advert minimum %d", ErrConfig, c.AdvertMin)
 	}
 	return nil
 }
@@ -1021,7 +1035,7 @@ func (e *Engine) holding() bool {
 		switch {
 		case r.state == recvAdvertised && !r.stale:
 			return true
-		case r.state == recvWaiting && r.filled == 0 && rem == 0:
+		case r.state == recvWaiting && r.filled == 0 && rem == 0 && (r.n >= e.cfg.AdvertMin || mut.HeldSmall):
 			return true
 		}
 		room := r.n - r.filled
@@ -1091,6 +1105,15 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 			continue
 		}
 		if e.holdOff() {
+			break
+		}
+		if r.n < e.cfg.AdvertMin && e.cfg.Mode == Dynamic {
+			// Too small to be worth a direct transfer of its own: it,
+			// and the recvs after it, fill from the stream buffer
+			// (departure 12).
+			if mut.AdvertPastSmall {
+				continue
+			}
 			break
 		}
 		if r.filled > 0 {
@@ -1294,6 +1317,9 @@ func (e *Engine) indirect(out []Action) []Action {
 		room = min(room, e.cfg.PeerRecvBuffer-e.wpos)
 	} else {
 		room = e.cfg.PeerRecvBuffer - e.wpos
+	}
+	if e.cfg.MaxIndirect > 0 {
+		room = min(room, e.cfg.MaxIndirect)
 	}
 	f := Frame{Type: FrameIndirect, Phase: e.ps, Seq: e.ss, RingOff: uint32(e.wpos)}
 	var n int

@@ -29,6 +29,10 @@ func randomConfig(rng *rand.Rand, mode dynproto.Mode, typ dynproto.SockType, wai
 		// Departure 11 for some sends and recvs and not others (0: the
 		// default); not drawn from rng, so that the scripts stay the same.
 		cfg.Engine[i].HintMin = (7*ring[i] + ring[1-i]) % 24
+		// Departure 12 and the cap on indirect transfers, likewise for
+		// some connections and not others.
+		cfg.Engine[i].AdvertMin = (5*ring[i] + 3*ring[1-i]) % 40
+		cfg.Engine[i].MaxIndirect = (3*ring[i] + 11*ring[1-i]) % 17
 	}
 	for i := range 2 {
 		var s sim.Script

@@ -643,6 +643,59 @@ func TestTransitions(t *testing.T) {
 				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameDirect, Phase: 1, Seq: 4, ID: 1, Len: 3}},
 			},
 		},
+		{
+			name: "S indirect, MaxIndirect 3: a send of 5 goes as two transfers",
+			cfg:  func(c *dynproto.Config) { c.MaxIndirect = 3 },
+			do:   send(1, 5),
+			want: append(indirect(1, 0, 3, 0, 0, 0), indirect(1, 3, 2, 3, 0, 3)...),
+		},
+		{
+			name: "R, AdvertMin 4: a recv of 3 is not advertised",
+			cfg:  func(c *dynproto.Config) { c.AdvertMin = 4 },
+			do:   recv(7, 3, false),
+			want: nil,
+		},
+		{
+			name: "R, AdvertMin 4: a recv of 8 is advertised",
+			cfg:  func(c *dynproto.Config) { c.AdvertMin = 4 },
+			do:   recv(8, 8, false),
+			want: []dynproto.Action{
+				{Kind: dynproto.SendFrame, ID: 8, Frame: dynproto.Frame{Type: dynproto.FrameAdvert, Phase: 1, Len: 8}},
+			},
+		},
+		{
+			name:  "R, AdvertMin 4: a recv of 8 behind an unadvertised recv of 3 waits",
+			cfg:   func(c *dynproto.Config) { c.AdvertMin = 4 },
+			setup: func(p *pair) { p.recv(7, 3, false) },
+			do:    recv(8, 8, false),
+			want:  nil,
+		},
+		{
+			name: "R, AdvertMin 4: the small recv filled from the stream buffer, the next is advertised",
+			cfg:  func(c *dynproto.Config) { c.AdvertMin = 4 },
+			setup: func(p *pair) {
+				p.recv(7, 3, false)
+				p.recv(8, 8, false)
+				p.send(1, 3)
+			},
+			do: deliverData,
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 7, Len: 3},
+				{Kind: dynproto.RecvDone, ID: 7, Len: 3},
+				{Kind: dynproto.SendFrame, ID: 8, Frame: dynproto.Frame{Type: dynproto.FrameAdvert, Phase: 1, Seq: 3, Len: 8}},
+			},
+			after: &phases{PS: 0, SS: 3, PR: 1, SR: 3, SEst: 4},
+		},
+		{
+			name: "R, AdvertMin 4, departure 11: a small waiting recv is not held",
+			cfg:  func(c *dynproto.Config) { c.AdvertMin = 4 },
+			hint: true,
+			setup: func(p *pair) {
+				p.recv(7, 3, false)
+			},
+			do:   send(1, 5),
+			want: indirect(1, 0, 5, 0, 0, 0),
+		},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {

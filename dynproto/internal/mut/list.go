@@ -20,4 +20,6 @@ var All = []Mutant{
 	{"mut_ringoverrun", "the sender does not stop at the stream buffer's credits (b_s)"},
 	{"mut_noresume", "the receiver never answers a PAUSE (departure 11), so a sender paused for FlagHeld waits forever once the receiver stops holding"},
 	{"mut_heldneedsdata", "the receiver sets FlagHeld although a recv before the ones it would advertise needs more data from the stream buffer (departure 11)"},
+	{"mut_heldsmall", "the receiver sets FlagHeld for a waiting recv shorter than AdvertMin, which it will never advertise (departure 12)"},
+	{"mut_advertpastsmall", "the receiver advertises the recvs after one shorter than AdvertMin, which waits unadvertised (departure 12)"},
 }
