@@ -62,6 +62,15 @@ var defaultConfigs = []config{
 	{"indirect-stream-choose-sends", "mode=indirect-only type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 	{"dyn-seqpacket-choose-sends", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
 	{"dyn-stream-choose-sends", "mode=dynamic type=stream ring=1 frames=1 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// Departure 12 and the cap on indirect transfers: recvs shorter than
+	// advmin are never advertised (lengths chosen as posted, so small and
+	// large recvs meet in every order), and no indirect transfer carries
+	// more than maxind units.
+	{"dyn-stream-advmin2-choose-recvs", "mode=dynamic type=stream ring=2 frames=2 advmin=2 a.sends=1,2,1 a.shutdown b.recvs=*,*,* b.rchoose=1,2w,3 b.drain=3"},
+	{"dyn-seqpacket-advmin2", "mode=dynamic type=seqpacket ring=2 frames=2 advmin=2 a.sends=1,2,1 a.shutdown b.recvs=1,2,2 b.drain=3"},
+	{"dyn-stream-maxind1", "mode=dynamic type=stream ring=3 frames=2 maxind=1 a.sends=2,1,3 a.shutdown b.recvs=1,3,2 b.drain=3"},
+	{"dyn-stream-maxind2-advmin2", "mode=dynamic type=stream ring=3 frames=2 maxind=2 advmin=2 a.sends=3,1,2 a.shutdown b.recvs=1,3w,2 b.drain=3"},
+	{"indirect-stream-maxind1", "mode=indirect-only type=stream ring=3 frames=2 maxind=1 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 }
 
 // deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,

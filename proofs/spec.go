@@ -47,6 +47,10 @@ type Spec struct {
 	Ack int
 	// Gather is the engines' MaxGather (0: the engine's default).
 	Gather int
+	// MaxInd is the engines' MaxIndirect (0: no limit).
+	MaxInd int
+	// AdvMin is the engines' AdvertMin (0: every recv is advertised).
+	AdvMin int
 	// Scripts are the applications of endpoints A and B.
 	Scripts [2]sim.Script
 }
@@ -60,6 +64,7 @@ func (s *Spec) SimConfig() *sim.Config {
 			RecvBuffer: s.Ring, PeerRecvBuffer: s.Ring,
 			Frames: s.Frames, PeerFrames: s.Frames,
 			AckThreshold: s.Ack, MaxGather: s.Gather,
+			MaxIndirect: s.MaxInd, AdvertMin: s.AdvMin,
 		}
 		sc := s.Scripts[i]
 		sc.Sends = slices.Clone(sc.Sends)
@@ -78,6 +83,12 @@ func (s Spec) String() string {
 	}
 	if s.Gather != 0 {
 		fmt.Fprintf(&b, " gather=%d", s.Gather)
+	}
+	if s.MaxInd != 0 {
+		fmt.Fprintf(&b, " maxind=%d", s.MaxInd)
+	}
+	if s.AdvMin != 0 {
+		fmt.Fprintf(&b, " advmin=%d", s.AdvMin)
 	}
 	for i, sc := range s.Scripts {
 		p := string(rune('a' + i))
@@ -167,6 +178,10 @@ func ParseSpec(text string) (Spec, error) {
 			s.Ack, err = parseCount(val)
 		case "gather":
 			s.Gather, err = parseCount(val)
+		case "maxind":
+			s.MaxInd, err = parseCount(val)
+		case "advmin":
+			s.AdvMin, err = parseCount(val)
 		default:
 			err = parseScriptField(&s, key, val, hasVal)
 		}

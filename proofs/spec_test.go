@@ -40,6 +40,13 @@ func TestSpecText(t *testing.T) {
 			}},
 		},
 		{
+			text: "mode=dynamic type=stream ring=3 frames=2 maxind=1 advmin=2 a.sends=2 b.recvs=1",
+			want: Spec{Mode: dynproto.Dynamic, Type: dynproto.Stream, Ring: 3, Frames: 2, MaxInd: 1, AdvMin: 2, Scripts: [2]sim.Script{
+				{Sends: []int{2}},
+				{Recvs: []sim.RecvOp{{Len: 1}}},
+			}},
+		},
+		{
 			text: "mode=indirect-only type=stream ring=1 frames=1",
 			want: Spec{Mode: dynproto.IndirectOnly, Type: dynproto.Stream, Ring: 1, Frames: 1},
 		},
