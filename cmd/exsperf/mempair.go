@@ -103,9 +103,15 @@ func newMemPair(p pairParams) (*memPair, error) {
 		return nil, fmt.Errorf("exs: size %d, sends %d, recvs %d: all must be positive", p.Size, p.Sends, p.Recvs)
 	}
 	frames := min(65535, max(8, 4*max(p.Recvs, p.Sends)))
-	cfg := dynproto.Config{Mode: p.Mode, Type: dynproto.Stream, RecvBuffer: p.Ring, PeerRecvBuffer: p.Ring, Frames: frames, PeerFrames: frames}
+	// The engine is tuned as exs tunes it (exs/conn.go: an ACK every
+	// eighth of the stream buffer, indirect transfers of at most an
+	// eighth, no ADVERT for a recv under a 32nd).
+	cfg := dynproto.Config{
+		Mode: p.Mode, Type: dynproto.Stream, RecvBuffer: p.Ring, PeerRecvBuffer: p.Ring, Frames: frames, PeerFrames: frames,
+		AckThreshold: p.Ring / 8, MaxIndirect: p.Ring / 8, AdvertMin: p.Ring / 32,
+	}
 	if p.Mode == dynproto.DirectOnly {
-		cfg.RecvBuffer, cfg.PeerRecvBuffer = 0, 0
+		cfg.RecvBuffer, cfg.PeerRecvBuffer, cfg.AckThreshold = 0, 0, 0
 	}
 	mp := &memPair{p: p}
 	if p.Link != nil {
