@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"time"
 
@@ -20,6 +21,7 @@ type serverOpts struct {
 	once   bool
 	cc     string
 	log    bool
+	procs  int
 }
 
 func (o *serverOpts) register(fs *flag.FlagSet) {
@@ -29,6 +31,7 @@ func (o *serverOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.once, "once", false, "exit after one measurement (iperf3's -1)")
 	fs.StringVar(&o.cc, "cc", o.cc, "TCP congestion control for accepted connections (TCP_CONGESTION); '' keeps the system's")
 	fs.BoolVar(&o.log, "log", false, "log sessions to stderr (zap production config)")
+	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS while serving (0 keeps Go's default)")
 }
 
 // runServer serves until ctx is done. As the hidden "peer" subcommand it
@@ -37,6 +40,12 @@ func (o *serverOpts) register(fs *flag.FlagSet) {
 func runServer(ctx context.Context, e *env, o *serverOpts, peer bool) error {
 	if len(e.args) > 0 {
 		return usagef("unexpected argument %q", e.args[0])
+	}
+	if o.procs < 0 {
+		return usagef("--procs %d: must be 0 or more", o.procs)
+	}
+	if o.procs > 0 {
+		runtime.GOMAXPROCS(o.procs)
 	}
 	log := zap.NewNop()
 	if o.log {
