@@ -39,7 +39,7 @@ const (
 	arenaAdd     = 1
 	arenaDrop    = 2
 	maxArena     = 1 << 40 // largest arena a peer maps
-	maxPeerArena = 1 << 16 // most arenas a peer maps per connection
+	maxPeerArena = 4096    // most arenas a peer maps per connection
 	arenaSendTO  = time.Second
 )
 
@@ -209,22 +209,32 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 		if id == 0 || len(fds) != 1 || size == 0 || size > maxArena || size%pageSize != 0 {
 			return
 		}
+		// Refused before it is mapped, and checked again after (the
+		// link may have died meanwhile).
+		l.txMu.Lock()
+		ok := l.mayMapLocked(id, size)
+		l.txMu.Unlock()
+		if !ok {
+			return
+		}
 		m, err := mapPeer(fds[0], size)
 		if err != nil {
 			return
 		}
 		l.txMu.Lock()
-		if l.dead || l.peerArenas[id] != nil || len(l.peerArenas) >= maxPeerArena {
+		if !l.mayMapLocked(id, size) {
 			l.txMu.Unlock()
 			unix.Munmap(m)
 			return
 		}
 		l.peerArenas[id] = m
+		l.peerArenaBytes += size
 		l.txMu.Unlock()
 	case arenaDrop:
 		l.txMu.Lock()
 		m := l.peerArenas[id]
 		delete(l.peerArenas, id)
+		l.peerArenaBytes -= uint64(len(m))
 		l.txMu.Unlock()
 		if m != nil {
 			unix.Munmap(m)
@@ -232,12 +242,23 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 	}
 }
 
+// mayMapLocked reports whether the peer's arena id of size bytes may be
+// mapped: the link is alive, the id is new, and the connection's arenas
+// stay within maxPeerArena and the provider's byte limit
+// (WithPeerArenaLimit). A refused arena is simply not mapped: the peer's
+// operations on it take the path they would take for an arena not mapped
+// yet. Called with txMu held.
+func (l *link) mayMapLocked(id uint32, size uint64) bool {
+	return !l.dead && l.peerArenas[id] == nil && len(l.peerArenas) < maxPeerArena &&
+		size <= l.p.opts.peerArena && l.peerArenaBytes <= l.p.opts.peerArena-size
+}
+
 // dropPeerArenas unmaps every arena of the peer. Called once the link is
 // dead, so that no copy uses them.
 func (l *link) dropPeerArenas() {
 	l.txMu.Lock()
 	ms := l.peerArenas
-	l.peerArenas = nil
+	l.peerArenas, l.peerArenaBytes = nil, 0
 	l.txMu.Unlock()
 	for _, m := range ms {
 		unix.Munmap(m)

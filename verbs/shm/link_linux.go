@@ -232,7 +232,8 @@ type link struct {
 	// peerArenas are the peer's shared-allocator arenas mapped here, by
 	// id; guarded by txMu, so that a copy into one (made with txMu held)
 	// never meets its unmapping.
-	peerArenas map[uint32][]byte
+	peerArenas     map[uint32][]byte
+	peerArenaBytes uint64 // their total size
 	// started and arenasSent (the ids of this side's arenas handed to
 	// the peer) are guarded by p.mu.
 	started    bool

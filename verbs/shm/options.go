@@ -68,6 +68,10 @@ const (
 	// rings of each direction.
 	DefaultRequestRing  = 1 << 20
 	DefaultResponseRing = 256 << 10
+	// DefaultPeerArenaLimit is the most bytes of a peer's
+	// shared-allocator memory that one connection maps
+	// (WithPeerArenaLimit).
+	DefaultPeerArenaLimit = 4 << 30
 )
 
 // Option configures a Provider.
@@ -81,6 +85,7 @@ type options struct {
 	eager     bool
 	reqRing   uint64
 	respRing  uint64
+	peerArena uint64 // bytes of the peer's arenas mapped per connection
 }
 
 func defaultOptions() options {
@@ -90,6 +95,7 @@ func defaultOptions() options {
 		spin:      DefaultSpin,
 		reqRing:   DefaultRequestRing,
 		respRing:  DefaultResponseRing,
+		peerArena: DefaultPeerArenaLimit,
 	}
 }
 
@@ -149,6 +155,18 @@ func WithRingSizes(request, response int) Option {
 			o.respRing = uint64(response)
 		}
 	}
+}
+
+// WithPeerArenaLimit sets the most bytes of a peer's shared-allocator
+// memory (Provider.Alloc) that one connection maps (default
+// DefaultPeerArenaLimit); a connection also maps at most 4096 of the
+// peer's arenas. The peer chooses what it hands over, so the limit bounds
+// the address space a peer can take. An arena beyond it is not mapped and
+// the connection goes on: operations on the regions in it take the path
+// they take without the shared allocator (cross-memory attach or the
+// ring). Zero maps none.
+func WithPeerArenaLimit(n int64) Option {
+	return func(o *options) { o.peerArena = uint64(max(0, n)) }
 }
 
 // ConnStats describes one connection of a Provider.
