@@ -116,13 +116,18 @@ func (p *Provider) Free(b []byte) error {
 		return fmt.Errorf("exs: shm: free memory with %d live registrations: %w", a.regs, mreg.ErrBusy)
 	}
 	delete(p.arenas, base)
+	var flush []*link
 	for l := range p.links {
 		if _, ok := l.arenasSent[a.id]; ok {
 			delete(l.arenasSent, a.id)
-			l.sendArenaMsg(arenaDrop, a, -1)
+			l.arenaQ = append(l.arenaQ, arenaMsg{kind: arenaDrop, id: a.id, size: uint64(len(a.m)), fd: -1})
+			flush = append(flush, l)
 		}
 	}
 	p.mu.Unlock()
+	for _, l := range flush {
+		l.flushArenaMsgs()
+	}
 	err := unix.Munmap(a.m)
 	unix.Close(a.fd)
 	if err != nil {
@@ -162,32 +167,77 @@ func createArena(size uint64) (int, []byte, error) {
 	return fd, m, nil
 }
 
-// sendArena hands the arena's memfd to the peer once, if the connection
-// is running. Called with p.mu held.
-func (l *link) sendArena(a *arena) {
+// arenaMsg is an arena message waiting to be written to a link's socket.
+type arenaMsg struct {
+	kind byte
+	id   uint32
+	size uint64
+	fd   int // arenaAdd: a duplicate of the arena's memfd, closed once written; else -1
+}
+
+// queueArena queues the arena's memfd for the peer, once, if the
+// connection is running, and reports whether it queued it; the caller
+// writes the queue with flushArenaMsgs once it has released p.mu. The
+// memfd is duplicated, so that Free may close the arena's own meanwhile.
+// Called with p.mu held.
+func (l *link) queueArena(a *arena) bool {
 	if a == nil || !l.started {
-		return
+		return false
 	}
 	if _, ok := l.arenasSent[a.id]; ok {
-		return
+		return false
 	}
-	if l.sendArenaMsg(arenaAdd, a, a.fd) == nil {
-		l.arenasSent[a.id] = struct{}{}
+	fd, err := unix.FcntlInt(uintptr(a.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false // such as EMFILE: the next registration in it tries again
+	}
+	l.arenasSent[a.id] = struct{}{}
+	l.arenaQ = append(l.arenaQ, arenaMsg{kind: arenaAdd, id: a.id, size: uint64(len(a.m)), fd: fd})
+	return true
+}
+
+// flushArenaMsgs writes the link's queued arena messages to its socket,
+// in the order they were queued. It is called without p.mu, so that a peer
+// that does not read its socket stalls no other connection of the
+// provider; sendMu keeps one writer at a time, hence the order. Each write
+// waits at most arenaSendTO; after a failed one (the peer stopped reading,
+// or is gone, or the link closed its socket) the link writes no more and
+// drops what is queued: the peer then goes without the mappings, using
+// cross-memory attach or the ring, so that a stalled peer costs at most
+// one such wait.
+func (l *link) flushArenaMsgs() {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	for {
+		l.p.mu.Lock()
+		q := l.arenaQ
+		l.arenaQ = nil
+		l.p.mu.Unlock()
+		if len(q) == 0 {
+			return
+		}
+		for _, m := range q {
+			if !l.sendFailed && l.writeArenaMsg(m) != nil {
+				l.sendFailed = true
+			}
+			if m.fd >= 0 {
+				unix.Close(m.fd)
+			}
+		}
 	}
 }
 
-// sendArenaMsg writes an arena message to the socket. A failure leaves
-// the peer without the mapping: it then uses cross-memory attach or the
-// ring.
-func (l *link) sendArenaMsg(kind byte, a *arena, fd int) error {
+// writeArenaMsg writes an arena message to the socket. Called with sendMu
+// held.
+func (l *link) writeArenaMsg(m arenaMsg) error {
 	var b [arenaMsgLen]byte
 	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	b[4] = kind
-	binary.LittleEndian.PutUint32(b[8:], a.id)
-	binary.LittleEndian.PutUint64(b[16:], uint64(len(a.m)))
+	b[4] = m.kind
+	binary.LittleEndian.PutUint32(b[8:], m.id)
+	binary.LittleEndian.PutUint64(b[16:], m.size)
 	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+	if m.fd >= 0 {
+		oob = unix.UnixRights(m.fd)
 	}
 	l.conn.SetWriteDeadline(time.Now().Add(arenaSendTO))
 	_, _, err := l.conn.WriteMsgUnix(b[:], oob, nil)

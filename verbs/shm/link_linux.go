@@ -234,10 +234,16 @@ type link struct {
 	// never meets its unmapping.
 	peerArenas     map[uint32][]byte
 	peerArenaBytes uint64 // their total size
-	// started and arenasSent (the ids of this side's arenas handed to
-	// the peer) are guarded by p.mu.
+	// started, arenasSent (the ids of this side's arenas handed to the
+	// peer) and arenaQ (arena messages not yet written to the socket)
+	// are guarded by p.mu.
 	started    bool
 	arenasSent map[uint32]struct{}
+	arenaQ     []arenaMsg
+	// sendMu serializes the writes of arena messages, made without p.mu;
+	// sendFailed, guarded by it, says one failed and no more are written.
+	sendMu     sync.Mutex
+	sendFailed bool
 
 	hasPend    atomic.Bool // pendReq or pendResp is not empty
 	delivering atomic.Bool // the receiver is inside Endpoint.Deliver

@@ -108,8 +108,8 @@ func (p *Provider) Stats() []ConnStats {
 // protection domain.
 func (p *Provider) MemoryRegistered(pd *verbs.PD, mr *verbs.MR) {
 	info := mr.Info()
+	var flush, redo []*link
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	st := p.pdState(pd)
 	pr := pubRegion{info: info, arena: p.arenaOf(info.Addr, info.Len)}
 	if pr.arena != nil {
@@ -117,8 +117,31 @@ func (p *Provider) MemoryRegistered(pd *verbs.PD, mr *verbs.MR) {
 	}
 	st.regions[mr] = pr
 	for l := range st.links {
-		l.sendArena(pr.shareable())
-		l.publish(pr)
+		if l.queueArena(pr.shareable()) {
+			flush = append(flush, l)
+		}
+		if !l.publish(pr) && l.acquire() {
+			redo = append(redo, l)
+		}
+	}
+	p.mu.Unlock()
+	// The socket writes and the waits, without p.mu: a peer that stalls
+	// them stalls no other connection.
+	for _, l := range flush {
+		l.flushArenaMsgs()
+	}
+	for _, l := range redo {
+		l.waitAccess()
+		p.mu.Lock()
+		if st := p.pds[pd]; st != nil {
+			if _, ok := st.links[l]; ok {
+				if pr, ok := st.regions[mr]; ok {
+					l.write(pr)
+				}
+			}
+		}
+		p.mu.Unlock()
+		l.release()
 	}
 }
 
@@ -145,8 +168,12 @@ func (p *Provider) MemoryDeregistered(pd *verbs.PD, mr *verbs.MR) {
 		}
 		delete(st.regions, mr)
 		for l := range st.links {
+			// The entry is live, or was withdrawn by a publish
+			// that found its slot reused and has not yet waited
+			// for the peer's copies (see MemoryRegistered): wait
+			// for them either way.
 			e := &l.mine[slotOf(info.RKey)]
-			if e.state.Load() == entryLive && e.rkey.Load() == uint32(info.RKey) {
+			if e.rkey.Load() == uint32(info.RKey) {
 				e.state.Store(0)
 				if l.acquire() {
 					wait = append(wait, l)
@@ -178,18 +205,28 @@ func (p *Provider) dropIfUnused(pd *verbs.PD, st *pdState) {
 	}
 }
 
-// publish writes a registration into the link's table. Called with p.mu
-// held.
-func (l *link) publish(pr pubRegion) {
+// publish writes a registration into the link's table and reports true;
+// or, if the slot still holds a live region, withdraws that one and
+// reports false. The slot's previous region was then deregistered and its
+// slot reused before we heard of the deregistration: the caller waits for
+// the peer's copies into it to end (waitAccess), without p.mu, and then
+// writes the new one. Called with p.mu held.
+func (l *link) publish(pr pubRegion) bool {
+	e := &l.mine[slotOf(pr.info.RKey)]
+	if e.state.Load() == entryLive {
+		e.state.Store(0)
+		return false
+	}
+	l.write(pr)
+	return true
+}
+
+// write writes a registration into the link's table, whatever the slot
+// held. Called with p.mu held.
+func (l *link) write(pr pubRegion) {
 	ri := pr.info
 	e := &l.mine[slotOf(ri.RKey)]
-	if e.state.Load() == entryLive {
-		// The slot's previous region was deregistered and its slot
-		// reused before we heard of the deregistration: withdraw it
-		// first.
-		e.state.Store(0)
-		l.waitAccess()
-	}
+	e.state.Store(0)
 	e.lkey.Store(uint32(ri.LKey))
 	e.rkey.Store(uint32(ri.RKey))
 	e.access.Store(uint32(ri.Access))
@@ -205,7 +242,9 @@ func (l *link) publish(pr pubRegion) {
 }
 
 // addLink records a connection and publishes its protection domain's
-// registrations in its table.
+// registrations in its table. Nothing was published in that table before,
+// so there is no peer's copy to wait for: what the slots hold (only what a
+// peer may have written into the mapping it created) is overwritten.
 func (p *Provider) addLink(l *link) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -213,7 +252,7 @@ func (p *Provider) addLink(l *link) {
 	st := p.pdState(l.pd)
 	st.links[l] = struct{}{}
 	for _, pr := range st.regions {
-		l.publish(pr)
+		l.write(pr)
 	}
 }
 
@@ -221,13 +260,14 @@ func (p *Provider) addLink(l *link) {
 // once the handshake is over, and from then on with each registration.
 func (p *Provider) sendArenas(l *link) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	l.started = true
 	if st := p.pds[l.pd]; st != nil {
 		for _, pr := range st.regions {
-			l.sendArena(pr.shareable())
+			l.queueArena(pr.shareable())
 		}
 	}
+	p.mu.Unlock()
+	l.flushArenaMsgs()
 }
 
 // removeLink forgets a connection.
