@@ -514,7 +514,7 @@ func (l *listener) readRequest(c *net.UnixConn) (*request, error) {
 	plen := int(binary.LittleEndian.Uint16(b[40:]))
 	rnr := verbs.RNRPolicy(b[6])
 	if !validRingSize(reqSize) || !validRingSize(respSize) || plen > verbs.MaxPrivateData || n != requestLen+plen ||
-		(rnr != verbs.RNRWait && rnr != verbs.RNRFail) {
+		!validRNR(rnr) {
 		return nil, errProtocol
 	}
 	lo := newLayout(reqSize, respSize)
@@ -538,6 +538,54 @@ func (l *listener) readRequest(c *net.UnixConn) (*request, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return r, nil
+}
+
+// validRNR reports whether a peer's message names an RNR policy.
+func validRNR(rnr verbs.RNRPolicy) bool { return rnr == verbs.RNRWait || rnr == verbs.RNRFail }
+
+// replyMsg is the listener's reply, decoded.
+type replyMsg struct {
+	kind    byte            // replyAccept or replyReject
+	rnr     verbs.RNRPolicy // the accepter's policy (accept only)
+	cma     bool            // the listener can reach the dialer's memory
+	private []byte          // a slice of the message
+}
+
+// putReply encodes a reply into b, which has room for replyLen +
+// verbs.MaxPrivateData bytes, and returns its length.
+func putReply(b []byte, m replyMsg) int {
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	b[4], b[5], b[6], b[7] = m.kind, byte(m.rnr), 0, 0
+	if m.cma {
+		b[6] = 1
+	}
+	binary.LittleEndian.PutUint16(b[8:], uint16(len(m.private)))
+	return replyLen + copy(b[replyLen:], m.private)
+}
+
+// parseReply decodes the listener's reply, as strictly as the listener
+// checks the request: an accept must carry a valid RNR policy (a reject
+// carries none).
+func parseReply(b []byte) (replyMsg, error) {
+	if len(b) < replyLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+		return replyMsg{}, errProtocol
+	}
+	plen := int(binary.LittleEndian.Uint16(b[8:]))
+	if plen > verbs.MaxPrivateData || len(b) != replyLen+plen {
+		return replyMsg{}, fmt.Errorf("exs: shm: reply of %d bytes with %d bytes of private data: %w", len(b), plen, errProtocol)
+	}
+	m := replyMsg{kind: b[4], cma: b[6] != 0, private: b[replyLen:]}
+	switch m.kind {
+	case replyReject:
+	case replyAccept:
+		m.rnr = verbs.RNRPolicy(b[5])
+		if !validRNR(m.rnr) {
+			return replyMsg{}, fmt.Errorf("exs: shm: listener's accept carries RNR policy %d: %w", b[5], errProtocol)
+		}
+	default:
+		return replyMsg{}, fmt.Errorf("exs: shm: reply of unknown kind %d: %w", m.kind, errProtocol)
+	}
+	return m, nil
 }
 
 func parseFDs(oob []byte) []int {
@@ -593,15 +641,9 @@ func (r *request) answer() error {
 // reply sends the answer.
 func (r *request) reply(kind byte, rnr verbs.RNRPolicy, private []byte) error {
 	var b [replyLen + verbs.MaxPrivateData]byte
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	b[4], b[5] = kind, byte(rnr)
-	if r.mineOK {
-		b[6] = 1
-	}
-	binary.LittleEndian.PutUint16(b[8:], uint16(len(private)))
-	n := copy(b[replyLen:], private)
+	n := putReply(b[:], replyMsg{kind: kind, rnr: rnr, cma: r.mineOK, private: private})
 	r.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	_, err := r.conn.Write(b[:replyLen+n])
+	_, err := r.conn.Write(b[:n])
 	r.conn.SetWriteDeadline(time.Time{})
 	return err
 }
@@ -724,31 +766,28 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 		return nil, nil, err
 	}
 	n, err = c.Read(b[:])
-	if err != nil || n < replyLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic ||
-		n != replyLen+int(binary.LittleEndian.Uint16(b[8:])) {
+	if err != nil {
 		l.abandon()
-		if err == nil {
-			err = errProtocol
-		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = context.DeadlineExceeded
 		}
 		return nil, nil, err
 	}
-	reply := append([]byte(nil), b[replyLen:n]...)
-	switch b[4] {
-	case replyReject:
+	rep, err := parseReply(b[:n])
+	if err != nil {
+		l.abandon()
+		return nil, nil, err
+	}
+	reply := append([]byte(nil), rep.private...)
+	if rep.kind == replyReject {
 		l.abandon()
 		return nil, nil, &verbs.RejectError{PrivateData: reply}
-	case replyAccept:
-	default:
-		l.abandon()
-		return nil, nil, errProtocol
 	}
-	l.peerRNR = verbs.RNRPolicy(b[5])
+	l.peerRNR = rep.rnr
 	switch {
 	case cmaErr != "":
 		l.cmaErr = cmaErr
-	case b[6] == 0:
+	case !rep.cma:
 		l.cmaErr = "the peer cannot reach this process"
 	default:
 		l.cma = true
