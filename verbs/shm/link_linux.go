@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -201,6 +202,9 @@ type link struct {
 	pd      *verbs.PD
 	side    int
 	peerPID int
+	pidfd   int      // a pidfd of the peer process, or -1 (pidfd_linux.go)
+	pidf    *os.File // pidfd, while watchPeerProcess's goroutine waits on it
+	pidDone chan struct{}
 	cma     bool            // cross-memory attach works both ways
 	cmaErr  string          // why not, if it does not
 	peerRNR verbs.RNRPolicy // the peer queue pair's policy, applied here
@@ -285,6 +289,7 @@ var _ verbs.Link = (*link)(nil)
 // newLink builds a link over a mapping; start runs its goroutines.
 func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *link {
 	l := &link{p: p, side: side, m: m, conn: conn, done: make(chan struct{}), watchDone: make(chan struct{}),
+		pidfd: -1, pidDone: make(chan struct{}),
 		peerArenas: make(map[uint32][]byte), arenasSent: make(map[uint32]struct{})}
 	l.refs.Store(1)
 	l.me, l.peer = sideAt(m, side), sideAt(m, 1-side)
@@ -301,9 +306,10 @@ func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *li
 	return l
 }
 
-// start runs the receiver and the watcher.
+// start runs the receiver and the watchers.
 func (l *link) start() {
 	l.p.sendArenas(l)
+	l.watchPeerProcess()
 	go l.watch()
 	go l.run()
 }
@@ -430,13 +436,13 @@ func (l *link) direct(m *verbs.Message, alone bool) (bool, error) {
 	v := &l.tiov
 	v.addLocal(m.Segments()...)
 	v.addRemote(m.RAddr, m.Len)
-	_, err = v.transfer(l.peerPID, write, m.Len)
+	_, err = l.cmaTransfer(v, write, m.Len)
 	v.reset()
 	if err != nil {
 		if !alone {
 			return false, nil
 		}
-		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, peerErr(err))
+		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
 	}
 	l.st.direct.Add(1)
 	return true, nil
@@ -845,6 +851,7 @@ func (l *link) exit() {
 	l.pendResp.reset()
 	l.inflight.clear()
 	l.txMu.Unlock()
+	l.closePeerProcess(true)
 	l.dropPeerArenas()
 	l.p.removeLink(l)
 	l.release()
@@ -1231,8 +1238,7 @@ func (l *link) peerTransfer(v *iovecs, write bool, k int, first bool) (int, erro
 	if l.peer.closed.Load() != 0 {
 		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
 	} else {
-		n, err = v.transfer(l.peerPID, write, k)
-		err = peerErr(err)
+		n, err = l.cmaTransfer(v, write, k)
 	}
 	l.peer.access.Add(-1)
 	v.reset()

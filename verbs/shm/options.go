@@ -28,9 +28,12 @@
 //
 // Each side runs one receiver goroutine per connection, which spins
 // briefly on empty rings and then sleeps on a futex in the shared mapping
-// that the peer wakes only when the receiver said it sleeps; and one
+// that the peer wakes only when the receiver said it sleeps; one
 // goroutine that reads the socket, to learn at once that the peer closed
-// the connection or died. Both stop once the connection is terminated.
+// the connection or died; and, with cross-memory attach, one that waits on
+// a pidfd of the peer process, so that no process_vm_writev goes to
+// another process that got the pid of a peer that exited. They stop once
+// the connection is terminated.
 //
 // Addresses have the form "shm:PATH", PATH being the Unix-socket path the
 // listener binds.

@@ -285,6 +285,7 @@ func (p *Provider) removeLink(l *link) {
 func (l *link) abandon() {
 	l.p.removeLink(l)
 	l.conn.Close()
+	l.closePeerProcess(false)
 	l.release()
 }
 
@@ -484,13 +485,20 @@ func (l *listener) handshake(c *net.UnixConn) {
 }
 
 // readRequest sends hello and reads the request with its mapping.
-func (l *listener) readRequest(c *net.UnixConn) (*request, error) {
+func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
 	p := l.p
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	pid, err := peerPID(c)
 	if err != nil {
 		return nil, err
 	}
+	// The pidfd first, then the probe (pidfd_linux.go).
+	pidfd, perr := peerPidfd(c, pid)
+	defer func() {
+		if r == nil && pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+	}()
 	var b [maxHandshake]byte
 	binary.LittleEndian.PutUint32(b[0:], msgMagic)
 	binary.LittleEndian.PutUint16(b[4:], protoVersion)
@@ -527,11 +535,14 @@ func (l *listener) readRequest(c *net.UnixConn) (*request, error) {
 		unix.Munmap(m)
 		return nil, errProtocol
 	}
-	r := &request{
-		l: l, conn: c, m: m, lo: lo, pid: pid, peerRNR: rnr,
+	r = &request{
+		l: l, conn: c, m: m, lo: lo, pid: pid, pidfd: pidfd, peerRNR: rnr,
 		private: append([]byte(nil), b[requestLen:requestLen+plen]...),
 	}
 	r.cmaErr = p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
+	if r.cmaErr == "" {
+		r.cmaErr = checkPeerProcess(pidfd, perr)
+	}
 	r.mineOK = r.cmaErr == ""
 	if r.mineOK && b[7] == 0 {
 		r.cmaErr = "the peer cannot reach this process"
@@ -616,6 +627,7 @@ type request struct {
 	m       []byte
 	lo      layout
 	pid     int
+	pidfd   int // of the peer process, or -1; the link's once accepted
 	peerRNR verbs.RNRPolicy
 	private []byte
 	cmaErr  string // "" if cross-memory attach works both ways
@@ -655,6 +667,7 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 	}
 	l := newLink(r.l.p, 1, r.m, r.lo, r.conn)
 	l.ep, l.pd, l.peerPID, l.peerRNR = ep, ep.PD(), r.pid, r.peerRNR
+	l.pidfd, r.pidfd = r.pidfd, -1
 	l.cma, l.cmaErr = r.cmaErr == "", r.cmaErr
 	r.l.p.addLink(l)
 	if err := r.reply(replyAccept, ep.RNR(), private); err != nil {
@@ -673,6 +686,10 @@ func (r *request) Reject(private []byte) error {
 	err := r.reply(replyReject, 0, private)
 	r.conn.Close()
 	unix.Munmap(r.m)
+	if r.pidfd >= 0 {
+		unix.Close(r.pidfd)
+		r.pidfd = -1
+	}
 	return err
 }
 
@@ -719,23 +736,33 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 		c.Close()
 		return nil, nil, err
 	}
+	// The pidfd first, then the probe (pidfd_linux.go).
+	pidfd, perr := peerPidfd(c, pid)
+	fail := func(err error) (*link, []byte, error) {
+		c.Close()
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		return nil, nil, err
+	}
 	var b [maxHandshake]byte
 	n, err := c.Read(b[:])
 	if err != nil || n != helloLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic ||
 		binary.LittleEndian.Uint16(b[4:]) != protoVersion {
-		c.Close()
 		if err == nil {
 			err = errProtocol
 		}
-		return nil, nil, err
+		return fail(err)
 	}
 	cmaErr := p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
+	if cmaErr == "" {
+		cmaErr = checkPeerProcess(pidfd, perr)
+	}
 
 	lo := newLayout(p.opts.reqRing, p.opts.respRing)
 	fd, m, err := createMapping(lo.total)
 	if err != nil {
-		c.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	h := (*header)(unsafe.Pointer(&m[0]))
 	var nb [8]byte
@@ -743,7 +770,7 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 	*h = header{magic: headerMagic, version: protoVersion, reqSize: lo.reqSize, respSize: lo.respSize,
 		nonce: binary.LittleEndian.Uint64(nb[:])}
 	l := newLink(p, 0, m, lo, c)
-	l.ep, l.pd, l.peerPID = ep, ep.PD(), pid
+	l.ep, l.pd, l.peerPID, l.pidfd = ep, ep.PD(), pid, pidfd
 	p.addLink(l)
 
 	binary.LittleEndian.PutUint32(b[0:], msgMagic)
