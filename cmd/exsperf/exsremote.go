@@ -574,7 +574,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	if strings.TrimSpace(line) != "listening "+addr {
 		return nil, fmt.Errorf("exs: the peer process did not start (it said %q)", short(line))
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (" + addr + "), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
 		return nil, err
 	}
