@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -109,12 +110,28 @@ func receiverMain(addr string) int {
 
 // BenchmarkSendRateProcess is BenchmarkSendRate with the receiving
 // application in another process (the test binary re-executed), which
-// reposts its RECVs itself as they complete.
+// reposts its RECVs itself as they complete. It runs twice: with one P
+// (GOMAXPROCS 1) in each process, so that each side's goroutines share one
+// CPU as one thread per process would (ucx_perftest's setting), and with
+// Go's default, under which each process spins as many threads as the
+// machine has CPUs.
 func BenchmarkSendRateProcess(b *testing.B) {
+	all := []int{1}
+	if n := runtime.GOMAXPROCS(0); n > 1 {
+		all = append(all, n)
+	}
+	for _, procs := range all {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { sendRateProcess(b, procs) })
+	}
+}
+
+// sendRateProcess measures the send rate with procs Ps in each process.
+func sendRateProcess(b *testing.B, procs int) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	dir := sockDir(b)
 	addr := "shm:" + dir + "/r"
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), receiverEnv+"="+addr)
+	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, "GOMAXPROCS="+strconv.Itoa(procs))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
