@@ -21,10 +21,10 @@ import (
 // connection as it refuses a message, and the refused message's outcome
 // must reach the initiator before the termination does.
 type asyncProvider struct {
-	inner *inproc.Provider
-	work  chan completion
-	wg    sync.WaitGroup
-	late  atomic.Int64 // completions reported after their link was terminated
+	wrapProvider
+	work chan completion
+	wg   sync.WaitGroup
+	late atomic.Int64 // completions reported after their link was terminated
 }
 
 type completion struct {
@@ -33,15 +33,13 @@ type completion struct {
 	err error
 }
 
-var (
-	_ verbs.Provider     = (*asyncProvider)(nil)
-	_ verbs.LinkListener = (*asyncListener)(nil)
-	_ verbs.LinkRequest  = (*asyncRequest)(nil)
-	_ verbs.Link         = (*asyncLink)(nil)
-)
+var _ verbs.Link = (*asyncLink)(nil)
 
 func newAsyncProvider() *asyncProvider {
-	p := &asyncProvider{inner: inproc.New(), work: make(chan completion, 1024)}
+	p := &asyncProvider{work: make(chan completion, 1024)}
+	p.wrapProvider = wrapProvider{inner: inproc.New(), wrap: func(l verbs.Link, ep *verbs.Endpoint) verbs.Link {
+		return &asyncLink{p: p, inner: l, ep: ep}
+	}}
 	p.wg.Go(p.run)
 	return p
 }
@@ -79,46 +77,58 @@ func (p *asyncProvider) Close() {
 	p.wg.Wait()
 }
 
-func (p *asyncProvider) Listen(addr string) (verbs.LinkListener, error) {
+// wrapProvider is a provider whose links are those of inner, wrapped.
+type wrapProvider struct {
+	inner verbs.Provider
+	wrap  func(l verbs.Link, ep *verbs.Endpoint) verbs.Link
+}
+
+var (
+	_ verbs.Provider     = (*wrapProvider)(nil)
+	_ verbs.LinkListener = (*wrapListener)(nil)
+	_ verbs.LinkRequest  = (*wrapRequest)(nil)
+)
+
+func (p *wrapProvider) Listen(addr string) (verbs.LinkListener, error) {
 	l, err := p.inner.Listen(addr)
 	if err != nil {
 		return nil, err
 	}
-	return &asyncListener{p: p, LinkListener: l}, nil
+	return &wrapListener{p: p, LinkListener: l}, nil
 }
 
-func (p *asyncProvider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, private []byte) (verbs.Link, []byte, error) {
+func (p *wrapProvider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, private []byte) (verbs.Link, []byte, error) {
 	l, rep, err := p.inner.Dial(ctx, addr, ep, private)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &asyncLink{p: p, inner: l, ep: ep}, rep, nil
+	return p.wrap(l, ep), rep, nil
 }
 
-type asyncListener struct {
-	p *asyncProvider
+type wrapListener struct {
+	p *wrapProvider
 	verbs.LinkListener
 }
 
-func (l *asyncListener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
+func (l *wrapListener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
 	r, err := l.LinkListener.Accept(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &asyncRequest{p: l.p, LinkRequest: r}, nil
+	return &wrapRequest{p: l.p, LinkRequest: r}, nil
 }
 
-type asyncRequest struct {
-	p *asyncProvider
+type wrapRequest struct {
+	p *wrapProvider
 	verbs.LinkRequest
 }
 
-func (r *asyncRequest) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
+func (r *wrapRequest) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
 	l, err := r.LinkRequest.Accept(ep, private)
 	if err != nil {
 		return nil, err
 	}
-	return &asyncLink{p: r.p, inner: l, ep: ep}, nil
+	return r.p.wrap(l, ep), nil
 }
 
 type asyncLink struct {
