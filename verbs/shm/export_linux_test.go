@@ -4,3 +4,9 @@ import "time"
 
 // SetSleepCap sets the longest futex sleep of every receiver.
 func SetSleepCap(d time.Duration) { sleepCap = d }
+
+// SetParkLease sets how long a receiver goroutine parks for a poller
+// before it looks again, and returns the previous value.
+func SetParkLease(d time.Duration) time.Duration {
+	return time.Duration(parkLease.Swap(int64(d)))
+}

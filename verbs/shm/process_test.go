@@ -40,6 +40,10 @@ func modeOptions(mode string) []shm.Option {
 		return []shm.Option{shm.WithEagerWrites()}
 	case "shared-nocma":
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
+	case "poller":
+		return []shm.Option{shm.WithPollerProgress()}
+	case "poller-nocma":
+		return []shm.Option{shm.WithPollerProgress(), shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	}
 	return nil
 }
@@ -91,9 +95,10 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 // cross-memory attach (its checks against the published registrations
 // face the suite's violations), everything through the rings, without
 // cross-memory attach, and with the regions of both sides from the shared
-// allocator (with cross-memory attach, and without it on small rings).
+// allocator (with cross-memory attach, and without it on small rings),
+// and with the suite's polls doing the receive work (WithPollerProgress).
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma", "poller"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
@@ -317,6 +322,12 @@ func TestStats(t *testing.T) {
 // listens at addr. Cleanups close both devices.
 func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string) (*verbs.QP, *verbs.QP) {
 	t.Helper()
+	return connectPairCQ(t, ctx, a, b, addr, eventq.Options{Mode: eventq.BusyPoll})
+}
+
+// connectPairCQ is connectPair with CQs that wait as cqOpts says.
+func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts eventq.Options) (*verbs.QP, *verbs.QP) {
+	t.Helper()
 	da, err := verbs.Open(a)
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +345,7 @@ func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr st
 	defer ln.Close()
 	mk := func(d *verbs.Device) *verbs.QP {
 		pd, _ := d.AllocPD()
-		cq, err := d.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+		cq, err := d.CreateCQ(1024, cqOpts)
 		if err != nil {
 			t.Fatal(err)
 		}

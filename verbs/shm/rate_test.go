@@ -9,8 +9,11 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
@@ -19,8 +22,20 @@ import (
 )
 
 // receiverEnv makes the test binary a receiving process for
-// BenchmarkSendRateProcess: it listens at the variable's value.
-const receiverEnv = "EXS_SHM_BENCH_RECEIVER"
+// BenchmarkSendRateProcess: it listens at the variable's value, with
+// shm.WithPollerProgress if pollerEnv is set.
+const (
+	receiverEnv = "EXS_SHM_BENCH_RECEIVER"
+	pollerEnv   = "EXS_SHM_BENCH_POLLER"
+)
+
+// rateOptions are the provider options of a rate benchmark's side.
+func rateOptions(poller bool) []shm.Option {
+	if poller {
+		return []shm.Option{shm.WithPollerProgress()}
+	}
+	return nil
+}
 
 const (
 	rateMsg   = 64
@@ -36,7 +51,7 @@ func receiverMain(addr string) int {
 		fmt.Fprintf(os.Stderr, "exs: shm: receiver: %v\n", err)
 		return 1
 	}
-	dev, err := verbs.Open(shm.New())
+	dev, err := verbs.Open(shm.New(rateOptions(os.Getenv(pollerEnv) != "")...))
 	if err != nil {
 		return fail(err)
 	}
@@ -110,28 +125,39 @@ func receiverMain(addr string) int {
 
 // BenchmarkSendRateProcess is BenchmarkSendRate with the receiving
 // application in another process (the test binary re-executed), which
-// reposts its RECVs itself as they complete. It runs twice: with one P
+// reposts its RECVs itself as they complete. It runs with one P
 // (GOMAXPROCS 1) in each process, so that each side's goroutines share one
 // CPU as one thread per process would (ucx_perftest's setting), and with
 // Go's default, under which each process spins as many threads as the
-// machine has CPUs.
+// machine has CPUs; each with the receiver goroutines doing the receive
+// work (progress=receiver) and with the polls of both applications doing
+// it (progress=poller, shm.WithPollerProgress).
 func BenchmarkSendRateProcess(b *testing.B) {
 	all := []int{1}
 	if n := runtime.GOMAXPROCS(0); n > 1 {
 		all = append(all, n)
 	}
 	for _, procs := range all {
-		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { sendRateProcess(b, procs) })
+		for _, poller := range []bool{false, true} {
+			name := fmt.Sprintf("procs=%d/progress=receiver", procs)
+			if poller {
+				name = fmt.Sprintf("procs=%d/progress=poller", procs)
+			}
+			b.Run(name, func(b *testing.B) { sendRateProcess(b, procs, poller) })
+		}
 	}
 }
 
 // sendRateProcess measures the send rate with procs Ps in each process.
-func sendRateProcess(b *testing.B, procs int) {
+func sendRateProcess(b *testing.B, procs int, poller bool) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	dir := sockDir(b)
 	addr := "shm:" + dir + "/r"
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, "GOMAXPROCS="+strconv.Itoa(procs))
+	if poller {
+		cmd.Env = append(cmd.Env, pollerEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -145,7 +171,7 @@ func sendRateProcess(b *testing.B, procs int) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dev, err := verbs.Open(shm.New())
+	dev, err := verbs.Open(shm.New(rateOptions(poller)...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,4 +230,100 @@ func sendRateProcess(b *testing.B, procs int) {
 	if err := cmd.Wait(); err != nil {
 		b.Errorf("receiver process: %v", err)
 	}
+}
+
+// BenchmarkRingRate is the anchor of the send-rate benchmarks: rateMsg-byte
+// records through a single-producer, single-consumer ring between two
+// goroutines on threads pinned to two CPUs, each record published as it is
+// written (as the provider's rings do) and copied out by the consumer,
+// which publishes its progress once per batch it finds. It measures how many
+// messages a second this machine, in its state at the time, moves from one
+// CPU to the other through shared memory, with none of the verbs layer's
+// work: on a virtual machine whose two vCPUs the host places now near, now
+// far apart, it moves several times over between runs, and the provider's
+// rates with it.
+func BenchmarkRingRate(b *testing.B) {
+	if runtime.NumCPU() < 2 {
+		b.Skip("needs two CPUs")
+	}
+	const slots = 256
+	ring := make([]byte, slots*rateMsg)
+	var pos struct {
+		head atomic.Uint64 // records published
+		_    [56]byte
+		tail atomic.Uint64 // records taken
+		_    [56]byte
+	}
+	stop := make(chan struct{})
+	consumer := make(chan error, 1)
+	go func() {
+		// The thread stays locked, so that it ends with the goroutine
+		// and its affinity goes nowhere else.
+		consumer <- pinThread(1)
+		var dst [rateMsg]byte
+		for t := uint64(0); ; {
+			h := pos.head.Load()
+			if h == t {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				continue
+			}
+			for ; t < h; t++ {
+				i := t % slots
+				copy(dst[:], ring[i*rateMsg:(i+1)*rateMsg])
+			}
+			pos.tail.Store(t)
+		}
+	}()
+	if err := <-consumer; err != nil {
+		close(stop)
+		b.Skip(err)
+	}
+	producer := make(chan error, 1)
+	b.SetBytes(rateMsg * rateBatch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		if err := pinThread(0); err != nil {
+			producer <- err
+			return
+		}
+		var src [rateMsg]byte
+		start := time.Now()
+		h := uint64(0)
+		for range b.N {
+			for h+rateBatch-pos.tail.Load() > slots {
+			}
+			for range rateBatch {
+				i := h % slots
+				copy(ring[i*rateMsg:(i+1)*rateMsg], src[:])
+				h++
+				pos.head.Store(h)
+			}
+		}
+		for pos.tail.Load() != h {
+		}
+		b.ReportMetric(float64(b.N*rateBatch)/time.Since(start).Seconds()/1e6, "Mmsg/s")
+		producer <- nil
+	}()
+	err := <-producer
+	close(stop)
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// pinThread locks the calling goroutine to its thread and the thread to
+// CPU cpu.
+func pinThread(cpu int) error {
+	runtime.LockOSThread()
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("pin to CPU %d: %w", cpu, err)
+	}
+	return nil
 }

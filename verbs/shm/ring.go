@@ -78,8 +78,9 @@ type header struct {
 // peer, each on its own cache line.
 type sideBlock struct {
 	// bell is the futex word the side's receiver sleeps on; sleeping is
-	// non-zero while it does (or is about to). A waker bumps bell and,
-	// if sleeping is set, wakes the futex.
+	// sleepNormal while it does (or is about to), sleepParked while it
+	// stands aside for a goroutine polling the side's CQs, which takes the
+	// peer's records. A waker bumps bell and wakes a sleepNormal receiver.
 	bell     atomic.Uint32
 	sleeping atomic.Uint32
 	_        [56]byte

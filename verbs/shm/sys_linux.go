@@ -26,20 +26,27 @@ func wakeOne(w *atomic.Uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
 }
 
-// ring wakes the receiver of side b if it sleeps. The caller has published
-// what the receiver should see first.
+// Values of sideBlock.sleeping.
+const (
+	awake       = 0 // the receiver runs
+	sleepNormal = 1 // it sleeps on the bell until a record arrives (ring)
+	sleepParked = 2 // it stands aside for a poller (Progress), not on the bell
+)
+
+// ring wakes the receiver of side b if it sleeps waiting for records. The
+// caller has published what the receiver should see first.
 func (b *sideBlock) ring() {
-	if b.sleeping.Load() != 0 {
+	if b.sleeping.Load() == sleepNormal {
 		b.bell.Add(1)
 		wakeOne(&b.bell)
 	}
 }
 
-// ringAlways wakes the receiver of side b, making sure a receiver about to
-// sleep sees the change.
+// ringAlways wakes the receiver of side b if it sleeps, making sure a
+// receiver about to sleep sees the change even if it has not yet said so.
 func (b *sideBlock) ringAlways() {
 	b.bell.Add(1)
-	if b.sleeping.Load() != 0 {
+	if b.sleeping.Load() == sleepNormal {
 		wakeOne(&b.bell)
 	}
 }
