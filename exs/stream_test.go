@@ -84,6 +84,40 @@ type streamPlan struct {
 	recvMax   int   // largest recv (stream)
 	waitAll   bool
 	registerP float64 // probability that a buffer is registered
+	limits    bool    // the first two stream recvs are of 1 byte and maxMsg
+}
+
+// limitsPlan is a plan with a send of 1 byte and one of maxMsg bytes among
+// a few random ones, recvs up to maxMsg, and, on a stream, a recv of 1
+// byte and one of maxMsg first: the ends of the size range in every run.
+func limitsPlan(r *rand.Rand, waitAll bool) streamPlan {
+	p := streamPlan{
+		sizes:     []int{1, maxMsg},
+		sendOut:   1 + r.IntN(8),
+		recvOut:   1 + r.IntN(8),
+		recvMax:   maxMsg,
+		waitAll:   waitAll,
+		registerP: r.Float64(),
+		limits:    true,
+	}
+	for range 6 {
+		p.sizes = append(p.sizes, logSize(r, 1, maxMsg))
+	}
+	r.Shuffle(len(p.sizes), func(i, j int) { p.sizes[i], p.sizes[j] = p.sizes[j], p.sizes[i] })
+	return p
+}
+
+// testSeed returns the seed of the i-th randomized subtest: EXS_SEED if
+// set, so that a seed printed in a subtest's name replays that subtest
+// (go test -run 'Name/of/subtest' with EXS_SEED=seed), else base+i.
+func testSeed(base uint64, i int) uint64 {
+	if s := os.Getenv("EXS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err == nil {
+			return n
+		}
+	}
+	return base + uint64(i)
 }
 
 func newPlan(r *rand.Rand, typ exs.SockType, waitAll bool, budget int) streamPlan {
@@ -116,13 +150,15 @@ func newPlan(r *rand.Rand, typ exs.SockType, waitAll bool, budget int) streamPla
 	return p
 }
 
+// TestStreamIntegrity runs, in every mode, socket type and with and
+// without MSG_WAITALL, a random plan and a plan with the ends of the size
+// range (limitsPlan). Each subtest's seed is in its name; EXS_SEED replays
+// it.
 func TestStreamIntegrity(t *testing.T) {
 	factor := stressFactor()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EXS_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
+	base := uint64(time.Now().UnixNano())
 	budget := 6 << 20 * factor
+	i := 0
 	for round := range factor {
 		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
 			for _, typ := range []exs.SockType{exs.SockStream, exs.SockSeqPacket} {
@@ -130,20 +166,29 @@ func TestStreamIntegrity(t *testing.T) {
 					if typ == exs.SockSeqPacket && waitAll {
 						continue // a message fills one recv anyway
 					}
-					s := seed + uint64(round)*1000003
-					seed++
-					name := fmt.Sprintf("%v/%v/waitall=%v/seed=%d", mode, typ, waitAll, s)
-					t.Run(name, func(t *testing.T) {
-						r := rand.New(rand.NewPCG(s, s>>1|1))
-						plan := newPlan(r, typ, waitAll, budget)
-						// A small stream buffer half the time, so that
-						// large sends wrap around it many times.
-						opts := []exs.Option{exs.WithMode(mode), exs.WithOutstanding(8, 8)}
-						if r.IntN(2) == 0 {
-							opts = append(opts, exs.WithStreamBuffer(logSize(r, 1024, 256<<10)), exs.WithFrames(1+r.IntN(8)))
+					for _, limits := range []bool{false, true} {
+						s := testSeed(base+uint64(round)*1000003, i)
+						i++
+						kind := "random"
+						if limits {
+							kind = "limits"
 						}
-						runStream(t, r, typ, plan, opts...)
-					})
+						name := fmt.Sprintf("%v/%v/waitall=%v/%s/seed=%d", mode, typ, waitAll, kind, s)
+						t.Run(name, func(t *testing.T) {
+							r := rand.New(rand.NewPCG(s, s>>1|1))
+							plan := newPlan(r, typ, waitAll, budget)
+							if limits {
+								plan = limitsPlan(r, waitAll)
+							}
+							// A small stream buffer half the time, so that
+							// large sends wrap around it many times.
+							opts := []exs.Option{exs.WithMode(mode), exs.WithOutstanding(8, 8)}
+							if r.IntN(2) == 0 {
+								opts = append(opts, exs.WithStreamBuffer(logSize(r, 1024, 256<<10)), exs.WithFrames(1+r.IntN(8)))
+							}
+							runStream(t, r, typ, plan, opts...)
+						})
+					}
 				}
 			}
 		}
@@ -313,6 +358,9 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 			n := size
 			if typ == exs.SockStream {
 				n = logSize(r, 1, size)
+				if plan.limits && len(order) < 2 {
+					n = []int{1, maxMsg}[len(order)]
+				}
 			}
 			b := slots[i].buf[:n]
 			if err := p.server.Recv(q, b, slots[i].mh, flags, i); err != nil {
@@ -394,12 +442,13 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 // TestStreamTinySendQueue runs the integrity test with send queues of 2 and
 // 3 work requests, so that the engine's actions often wait for room.
 func TestStreamTinySendQueue(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
+	base := uint64(time.Now().UnixNano())
+	i := 0
 	for _, depth := range []int{2, 3} {
 		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
 			for _, typ := range []exs.SockType{exs.SockStream, exs.SockSeqPacket} {
-				s := seed
-				seed++
+				s := testSeed(base, i)
+				i++
 				t.Run(fmt.Sprintf("depth=%d/%v/%v/seed=%d", depth, mode, typ, s), func(t *testing.T) {
 					restore := exs.SetSendDepth(depth)
 					defer restore()
