@@ -48,8 +48,9 @@ func FuzzFrameDecode(f *testing.F) {
 }
 
 // FuzzEngine drives a two-engine world from the fuzzer's bytes: the first
-// bytes choose the configuration and scripts, the rest choose each move. The
-// world checks stream integrity and placement at every step; at the end the
+// bytes choose the configuration (every field of Config, as the random
+// worlds vary them) and scripts, the rest choose each move. The world
+// checks stream integrity and placement at every step; at the end the
 // world must have finished cleanly.
 func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 0, 3, 3, 2, 2, 5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
@@ -70,6 +71,16 @@ func FuzzEngine(f *testing.F) {
 				Frames: frames[i], PeerFrames: frames[1-i],
 				MaxGather: 1 + int(r.next()%3),
 			}
+		}
+		for i := range 2 {
+			c := &cfg.Engine[i]
+			if b := r.next(); b&1 != 0 {
+				c.AckThreshold = 1 + int(b>>1)%ring[i]
+			}
+			c.NoHeldHint = r.next()&1 != 0
+			c.HintMin = int(r.next() % 24)
+			c.AdvertMin = int(r.next() % 40)
+			c.MaxIndirect = int(r.next() % 17)
 		}
 		for i := range 2 {
 			s := sim.Script{Shutdown: true, DrainLen: 41}
