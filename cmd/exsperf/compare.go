@@ -21,12 +21,16 @@ type point struct {
 	run    string
 	tr     transport // nil for the copy anchors
 	copies int       // 1 or 2 for the copy anchors
+	cross  bool      // the two copies on two CPUs (crossCopyAnchor)
 	params pairParams
 }
 
 // measure runs one point.
 func measure(ctx context.Context, pt point, warmup, d time.Duration) (result, error) {
 	if pt.tr == nil {
+		if pt.cross {
+			return crossCopyAnchor(ctx, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
+		}
 		return copyAnchor(ctx, pt.copies, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
 	}
 	pr, err := pt.tr.Open(ctx, pt.params)
@@ -39,9 +43,19 @@ func measure(ctx context.Context, pt point, warmup, d time.Duration) (result, er
 
 // anchors are the names of the anchor runs, in table order.
 const (
-	runCopy1 = "copy() x1"
-	runCopy2 = "copy() x2"
+	runCopy1  = "copy() x1"
+	runCopy2  = "copy() x2"
+	runCopy2C = "copy() x2, 2 CPUs"
 )
+
+// copyAnchors are the points of the three copy anchors.
+func copyAnchors(base pairParams) []point {
+	return []point{{run: runCopy1, copies: 1, params: base}, {run: runCopy2, copies: 2, params: base},
+		{run: runCopy2C, copies: 2, cross: true, params: base}}
+}
+
+// copyNote says what the copy anchors are.
+const copyNote = "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread; copy() x2, 2 CPUs: the two copies made by two threads bound to two CPUs, one into the ring and one out of it, as the two ends of an indirect transfer make them"
 
 func tcpRunName(t transport) string {
 	if t.Name() == "tcp-proc" {
@@ -122,6 +136,10 @@ func median(rs []result) result {
 	slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.gbps(), b.gbps()) })
 	m := sorted[(len(sorted)-1)/2]
 	m.Rounds, m.MinGBps, m.MaxGBps = len(rs), sorted[0].gbps(), sorted[len(sorted)-1].gbps()
+	m.RoundGBps = nil
+	for _, r := range rs {
+		m.RoundGBps = append(m.RoundGBps, r.gbps())
+	}
 	return m
 }
 
@@ -145,7 +163,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
 		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
 			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc}}
-	rep.Notes = append(notes, "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread")
+	rep.Notes = append(notes, copyNote)
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
@@ -176,7 +194,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	hdr.write(out)
 	points := func(size int) []point {
 		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-		pts := []point{{run: runCopy1, copies: 1, params: base}, {run: runCopy2, copies: 2, params: base}}
+		pts := copyAnchors(base)
 		if tcp != nil {
 			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
 		}

@@ -25,3 +25,11 @@ func rusage(who int) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// pinThread binds the calling thread to CPU cpu; the caller has locked its
+// goroutine to the thread.
+func pinThread(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(0, &set)
+}

@@ -2,10 +2,16 @@
 
 package main
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 const cpuAccounting = "unavailable on this platform"
 
 func processCPU() time.Duration { return -1 }
 
 func threadCPU() time.Duration { return -1 }
+
+// pinThread cannot bind threads to CPUs on this platform.
+func pinThread(int) error { return errors.ErrUnsupported }

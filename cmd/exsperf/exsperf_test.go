@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/exsgo/exs/dynproto"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 )
 
@@ -127,8 +129,8 @@ func TestCompare(t *testing.T) {
 	if diff := cmp.Diff(want, head); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	if len(rows) != 2*6 {
-		t.Fatalf("%d rows, want 12:\n%s", len(rows), out)
+	if len(rows) != 2*7 {
+		t.Fatalf("%d rows, want 14:\n%s", len(rows), out)
 	}
 	for _, r := range rows {
 		if len(r) != len(want) {
@@ -182,7 +184,7 @@ func TestCompareJSON(t *testing.T) {
 			t.Errorf("two-process TCP row without each side's CPU: %+v", r)
 		}
 	}
-	if diff := cmp.Diff([]string{runCopy1, runCopy2, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
+	if diff := cmp.Diff([]string{runCopy1, runCopy2, runCopy2C, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
 	if rep.Transport != autoTransport || rep.Host.Go == "" || rep.Host.CPUs < 1 {
@@ -193,8 +195,8 @@ func TestCompareJSON(t *testing.T) {
 func TestEngine(t *testing.T) {
 	out := exsperf(t, append([]string{"engine"}, append(fast, "--sizes", "64..256:4", "--sends", "4", "--recvs", "8")...)...)
 	rows := tableRows(t, out)
-	if len(rows) != 1+2*5 {
-		t.Fatalf("%d rows, want 11:\n%s", len(rows), out)
+	if len(rows) != 1+2*6 {
+		t.Fatalf("%d rows, want 13:\n%s", len(rows), out)
 	}
 	if strings.Contains(out, "| TCP") {
 		t.Errorf("engine runs the TCP anchor:\n%s", out)
@@ -258,7 +260,7 @@ func TestSweep(t *testing.T) {
 			fig3[fmt.Sprintf("%d %s %d", r.Size, r.Run, r.Sends)]++
 		}
 	}
-	if diff := cmp.Diff(map[string]int{"fig1": 2 * 6, "fig3": 2 * 3 * 2, "fig5": 2 * 3}, count); diff != "" {
+	if diff := cmp.Diff(map[string]int{"fig1": 2 * 7, "fig3": 2 * 3 * 2, "fig5": 2 * 3}, count); diff != "" {
 		t.Errorf("rows per figure (-want +got):\n%s", diff)
 	}
 	for _, size := range []int{64, 1 << 20} {
@@ -271,13 +273,13 @@ func TestSweep(t *testing.T) {
 		}
 	}
 
-	// The targets: a ratio per point of figures 1, 3 and 5, and the two
+	// The targets: a ratio per point of figures 1, 3 and 5, and the three
 	// anchor ratios at 1 MiB.
 	tg := rep.Targets
 	if tg == nil {
 		t.Fatal("sweep.json has no targets")
 	}
-	if len(tg.Points) != 2+2*2+2 || len(tg.Figures) != 3 || len(tg.Anchors) != 2 || len(tg.Missing) != 0 {
+	if len(tg.Points) != 2+2*2+2 || len(tg.Figures) != 3 || len(tg.Anchors) != 3 || len(tg.Missing) != 0 {
 		t.Fatalf("targets: %d points, %d figures, %d anchors, not checked %q", len(tg.Points), len(tg.Figures), len(tg.Anchors), tg.Missing)
 	}
 	for _, f := range tg.Figures {
@@ -310,7 +312,7 @@ func TestSweep(t *testing.T) {
 	}
 	// Each section's tables: header rows and data rows.
 	want := map[string][]int{
-		"Targets":  {1 + 2, 1 + 3 + 2}, // per point; the summary
+		"Targets":  {1 + 2, 1 + 3 + 3}, // per point; the summary
 		"Figure 1": {1 + 2},
 		"Figure 2": {1 + 2},
 		"Figure 3": {1 + 2*3},
@@ -381,7 +383,7 @@ func TestSweepTargets(t *testing.T) {
 	for _, r := range []row{rw("direct-only", 1), rw("indirect-only", 2), rw("dynamic", 1.8992), rw("copy() x2", 4), rw("TCP", 1)} {
 		fig1.set(64, r.Run, r)
 	}
-	for _, r := range []row{rw("direct-only", 8), rw("indirect-only", 4), rw("dynamic", 9), rw("copy() x2", 8), rw("TCP", 4)} {
+	for _, r := range []row{rw("direct-only", 8), rw("indirect-only", 4), rw("dynamic", 9), rw("copy() x2", 8), rw("copy() x2, 2 CPUs", 4), rw("TCP", 4)} {
 		fig1.set(1<<20, r.Run, r)
 	}
 	fig3 := newSendsGrid([]int{64, 1 << 20})
@@ -395,7 +397,8 @@ func TestSweepTargets(t *testing.T) {
 	if f.Points != 2 || f.Min == nil || f.Min.Size != 64 || f.Min.BestRun != "indirect-only" || len(f.Below) != 1 || *f.Met {
 		t.Errorf("figure 1: %+v", f)
 	}
-	if len(tg.Anchors) != 2 || !tg.Anchors[0].Met || tg.Anchors[0].Ratio != 2 || tg.Anchors[1].Met || tg.Anchors[1].Ratio != 0.5 {
+	if len(tg.Anchors) != 3 || !tg.Anchors[0].Met || tg.Anchors[0].Ratio != 2 || tg.Anchors[1].Met || tg.Anchors[1].Ratio != 0.5 ||
+		!tg.Anchors[2].Met || tg.Anchors[2].Ratio != 1 {
 		t.Errorf("anchors %+v", tg.Anchors)
 	}
 	var md strings.Builder
@@ -913,5 +916,39 @@ func TestPeerChatty(t *testing.T) {
 	}
 	if el := time.Since(begin); el >= peerExitTimeout {
 		t.Errorf("Close took %v", el)
+	}
+}
+
+func TestDynamicRatio(t *testing.T) {
+	rw := func(run string, rounds ...float64) row {
+		r := row{Run: run, RoundGBps: rounds}
+		if len(rounds) > 0 {
+			s := slices.Sorted(slices.Values(rounds))
+			r.GBps = s[(len(s)-1)/2]
+		}
+		return r
+	}
+	tests := []struct {
+		name                    string
+		direct, indirect, dynam row
+		want                    ratioPoint
+	}{
+		{"one round: ratio of the values", row{Run: "direct-only", GBps: 2}, row{Run: "indirect-only", GBps: 4}, row{Run: "dynamic", GBps: 3},
+			ratioPoint{Dynamic: 3, Best: 4, BestRun: "indirect-only", Ratio: 0.75}},
+		// Round 2 is slow for every run: the ratio within each round is 1,
+		// although the medians come from different rounds.
+		{"rounds: median of the ratios within rounds", rw("direct-only", 1, 0.1, 1), rw("indirect-only", 2, 0.5, 2.2), rw("dynamic", 2.2, 0.5, 1.8),
+			ratioPoint{Dynamic: 1.8, Best: 2, BestRun: "indirect-only", Ratio: 1, RoundRatios: []float64{1.1, 1, 1.8 / 2.2}}},
+		{"rounds: even count", rw("direct-only", 1, 1), rw("indirect-only", 1, 1), rw("dynamic", 0.9, 0.8),
+			ratioPoint{Dynamic: 0.8, Best: 1, BestRun: "direct-only", Ratio: 0.85, RoundRatios: []float64{0.9, 0.8}}},
+	}
+	for _, tt := range tests {
+		got, ok := dynamicRatio("fig1", 64, 0, func(m string) (row, bool) {
+			return map[string]row{"direct-only": tt.direct, "indirect-only": tt.indirect, "dynamic": tt.dynam}[m], true
+		})
+		tt.want.Figure, tt.want.Size = "fig1", 64
+		if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 1e-9)); !ok || diff != "" {
+			t.Errorf("%s: ok %v (-want +got):\n%s", tt.name, ok, diff)
+		}
 	}
 }

@@ -16,26 +16,27 @@ import (
 // row is one stream measurement as reported (table and JSON). Figures that
 // do not apply are null in JSON and "-" in tables.
 type row struct {
-	Figure    string   `json:"figure,omitempty"`
-	Transport string   `json:"transport"`
-	Run       string   `json:"run"` // a mode, or an anchor's name
-	Size      int      `json:"size"`
-	Sends     int      `json:"sends,omitempty"`
-	Recvs     int      `json:"recvs,omitempty"`
-	Bytes     int64    `json:"bytes"`
-	Seconds   float64  `json:"seconds"`
-	Virtual   bool     `json:"virtual_time,omitempty"`
-	GBps      float64  `json:"gb_per_s"`
-	Rounds    int      `json:"rounds,omitempty"`
-	MinGBps   float64  `json:"gb_per_s_min,omitempty"`
-	MaxGBps   float64  `json:"gb_per_s_max,omitempty"`
-	MsgsPerS  float64  `json:"msgs_per_s"`
-	PctDirect *float64 `json:"pct_bytes_direct"`
-	PctXfers  *float64 `json:"pct_transfers_direct"`
-	CPUSend   *float64 `json:"cpu_send_s_per_gb"`
-	CPURecv   *float64 `json:"cpu_recv_s_per_gb"`
-	CPUTotal  *float64 `json:"cpu_total_s_per_gb"`
-	Note      string   `json:"note,omitempty"`
+	Figure    string    `json:"figure,omitempty"`
+	Transport string    `json:"transport"`
+	Run       string    `json:"run"` // a mode, or an anchor's name
+	Size      int       `json:"size"`
+	Sends     int       `json:"sends,omitempty"`
+	Recvs     int       `json:"recvs,omitempty"`
+	Bytes     int64     `json:"bytes"`
+	Seconds   float64   `json:"seconds"`
+	Virtual   bool      `json:"virtual_time,omitempty"`
+	GBps      float64   `json:"gb_per_s"`
+	Rounds    int       `json:"rounds,omitempty"`
+	MinGBps   float64   `json:"gb_per_s_min,omitempty"`
+	MaxGBps   float64   `json:"gb_per_s_max,omitempty"`
+	RoundGBps []float64 `json:"gb_per_s_rounds,omitempty"` // in the order of the rounds
+	MsgsPerS  float64   `json:"msgs_per_s"`
+	PctDirect *float64  `json:"pct_bytes_direct"`
+	PctXfers  *float64  `json:"pct_transfers_direct"`
+	CPUSend   *float64  `json:"cpu_send_s_per_gb"`
+	CPURecv   *float64  `json:"cpu_recv_s_per_gb"`
+	CPUTotal  *float64  `json:"cpu_total_s_per_gb"`
+	Note      string    `json:"note,omitempty"`
 }
 
 func optional(v float64) *float64 {
@@ -49,7 +50,7 @@ func makeRow(fig, tr, run string, p pairParams, r result) row {
 	rw := row{
 		Figure: fig, Transport: tr, Run: run, Size: p.Size, Sends: p.Sends, Recvs: p.Recvs,
 		Bytes: r.Bytes, Seconds: r.Elapsed.Seconds(), Virtual: r.Virtual,
-		GBps: r.gbps(), MsgsPerS: r.msgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps,
+		GBps: r.gbps(), MsgsPerS: r.msgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps, RoundGBps: r.RoundGBps,
 		PctDirect: optional(r.pctDirect()),
 		CPUSend:   optional(r.cpuPerGB(r.CPUSend)),
 		CPURecv:   optional(r.cpuPerGB(r.CPURecv)),

@@ -187,7 +187,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 				p.Mode = m
 				pts = append(pts, point{run: m.String(), tr: tr, params: p})
 			}
-			pts = append(pts, point{run: runCopy1, copies: 1, params: base}, point{run: runCopy2, copies: 2, params: base})
+			pts = append(pts, copyAnchors(base)...)
 			if tcp != nil {
 				pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
 			}
@@ -448,6 +448,8 @@ func runStyle(run string) (color, dash string) {
 		return "#000", "2 3"
 	case run == runCopy2:
 		return "#888", "2 3"
+	case run == runCopy2C:
+		return "#555", "6 3"
 	case strings.HasPrefix(run, "TCP"):
 		return "#d62728", "8 3"
 	}

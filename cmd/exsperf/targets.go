@@ -21,15 +21,21 @@ const (
 	anchorSize   = 1 << 20
 )
 
-// ratioPoint is dynamic / max(direct-only, indirect-only) at one point.
+// ratioPoint is dynamic / max(direct-only, indirect-only) at one point:
+// where the three runs have the same rounds, the median over the rounds of
+// the ratio within each round (the three runs of a round are measured
+// within a few seconds of each other, so that a change in the machine's
+// speed between rounds does not enter the ratio), else the ratio of the
+// medians.
 type ratioPoint struct {
-	Figure  string  `json:"figure"`
-	Size    int     `json:"size"`
-	Sends   int     `json:"sends,omitempty"` // figure 3's outstanding sends
-	Dynamic float64 `json:"dynamic_gb_per_s"`
-	Best    float64 `json:"best_gb_per_s"`
-	BestRun string  `json:"best_run"`
-	Ratio   float64 `json:"ratio"`
+	Figure      string    `json:"figure"`
+	Size        int       `json:"size"`
+	Sends       int       `json:"sends,omitempty"` // figure 3's outstanding sends
+	Dynamic     float64   `json:"dynamic_gb_per_s"`
+	Best        float64   `json:"best_gb_per_s"`
+	BestRun     string    `json:"best_run"`
+	Ratio       float64   `json:"ratio"`
+	RoundRatios []float64 `json:"round_ratios,omitempty"`
 }
 
 func (p ratioPoint) where() string {
@@ -89,7 +95,22 @@ func dynamicRatio(fig string, size, sends int, get func(mode string) (row, bool)
 	if !(best.GBps > 0) {
 		return ratioPoint{}, false
 	}
-	return ratioPoint{Figure: fig, Size: size, Sends: sends, Dynamic: d.GBps, Best: best.GBps, BestRun: best.Run, Ratio: d.GBps / best.GBps}, true
+	p := ratioPoint{Figure: fig, Size: size, Sends: sends, Dynamic: d.GBps, Best: best.GBps, BestRun: best.Run, Ratio: d.GBps / best.GBps}
+	if n := len(d.RoundGBps); n > 1 && len(a.RoundGBps) == n && len(b.RoundGBps) == n {
+		for k := range n {
+			m := max(a.RoundGBps[k], b.RoundGBps[k])
+			if !(m > 0) {
+				return p, true
+			}
+			p.RoundRatios = append(p.RoundRatios, d.RoundGBps[k]/m)
+		}
+		sorted := slices.Sorted(slices.Values(p.RoundRatios))
+		p.Ratio = sorted[(n-1)/2]
+		if n%2 == 0 {
+			p.Ratio = (sorted[n/2-1] + sorted[n/2]) / 2
+		}
+	}
+	return p, true
 }
 
 // sweepTargets computes the targets from the figures that ran (nil grids,
@@ -161,6 +182,7 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 			anchor("direct-only / TCP", dynproto.DirectOnly.String(), tcpRun, wantOverTCP)
 		}
 		anchor("indirect-only / copy() x2", dynproto.IndirectOnly.String(), runCopy2, wantOverCopy)
+		anchor("indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), runCopy2C, wantOverCopy)
 	}
 	return t
 }
@@ -189,7 +211,7 @@ func (t *targets) write(w io.Writer) {
 	fmt.Fprintf(w, "## Targets, from this run\n\n")
 	yes := map[bool]string{true: "yes", false: "no"}
 	if len(t.Points) > 0 {
-		fmt.Fprintf(w, "dynamic / max(direct-only, indirect-only) at every point of figures 1, 3 and 5 (target >= %.2f; **bold** below it):\n\n", t.WantDynamic)
+		fmt.Fprintf(w, "dynamic / max(direct-only, indirect-only) at every point of figures 1, 3 and 5 (target >= %.2f; **bold** below it); with several rounds, the median over the rounds of the ratio within each round:\n\n", t.WantDynamic)
 		type col struct {
 			head  string
 			fig   string

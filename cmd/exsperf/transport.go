@@ -79,8 +79,9 @@ type result struct {
 
 	Note string // e.g. the congestion control a TCP run used
 
-	Rounds           int     // rounds this median was taken from (0: one)
-	MinGBps, MaxGBps float64 // the range of the rounds' throughputs
+	Rounds           int       // rounds this median was taken from (0: one)
+	MinGBps, MaxGBps float64   // the range of the rounds' throughputs
+	RoundGBps        []float64 // each round's throughput, in the order of the rounds
 }
 
 func (r result) gbps() float64 { return float64(r.Bytes) / r.Elapsed.Seconds() / 1e9 }
