@@ -198,7 +198,8 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	}
 	s.seq++
 	addr := s.addr + "." + strconv.Itoa(s.seq)
-	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", shm.New(shm.WithEagerWrites())))...)
+	prov := shm.New(shm.WithEagerWrites())
+	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", prov))...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
@@ -236,10 +237,15 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	switch req.Test {
 	case "stream":
 		var m [2]mark
+		var ss [2]exs.Stats
 		var sent bool
 		err := e.receiver(ctx, req.Warmup, req.Duration, func(edge int, bytes int64) bool {
 			m[edge-1] = takeMark(bytes, 0)
+			ss[edge-1] = e.s.Stats()
 			if edge == edgeEnd {
+				if os.Getenv(statsEnv) != "" {
+					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], prov.Stats())
+				}
 				r := exsReply{reply: reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
 					CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread)}}
 				if err := writeMsg(ctl, r); err != nil {
