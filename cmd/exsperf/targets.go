@@ -36,6 +36,22 @@ type ratioPoint struct {
 	BestRun     string    `json:"best_run"`
 	Ratio       float64   `json:"ratio"`
 	RoundRatios []float64 `json:"round_ratios,omitempty"`
+	// SamePath says that dynamic sent no byte directly, as indirect-only
+	// does: the two made the same transfers, and VsIndirect, dynamic /
+	// indirect-only taken as Ratio is, compares a run with its like.
+	SamePath   bool    `json:"same_path,omitempty"`
+	VsIndirect float64 `json:"vs_indirect,omitempty"`
+}
+
+// samePath sums up dynamic / indirect-only where the two made the same
+// transfers: how far apart two runs of one path fall on this machine, the
+// resolution of the dynamic target.
+type samePath struct {
+	Points int     `json:"points"`
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+	Below  int     `json:"below_target"`
 }
 
 func (p ratioPoint) where() string {
@@ -71,6 +87,7 @@ type anchorTarget struct {
 type targets struct {
 	WantDynamic float64        `json:"dynamic_vs_best_at_least"`
 	Points      []ratioPoint   `json:"dynamic_vs_best"`
+	SamePath    *samePath      `json:"same_path,omitempty"`
 	Figures     []figureTarget `json:"figures"`
 	Anchors     []anchorTarget `json:"anchors"`
 	Missing     []string       `json:"not_checked,omitempty"`
@@ -96,21 +113,34 @@ func dynamicRatio(fig string, size, sends int, get func(mode string) (row, bool)
 		return ratioPoint{}, false
 	}
 	p := ratioPoint{Figure: fig, Size: size, Sends: sends, Dynamic: d.GBps, Best: best.GBps, BestRun: best.Run, Ratio: d.GBps / best.GBps}
+	if b.GBps > 0 {
+		p.VsIndirect = d.GBps / b.GBps
+	}
+	p.SamePath = d.PctDirect != nil && *d.PctDirect == 0 && p.VsIndirect > 0
 	if n := len(d.RoundGBps); n > 1 && len(a.RoundGBps) == n && len(b.RoundGBps) == n {
+		var vs []float64
 		for k := range n {
 			m := max(a.RoundGBps[k], b.RoundGBps[k])
-			if !(m > 0) {
+			if !(m > 0) || !(b.RoundGBps[k] > 0) {
 				return p, true
 			}
 			p.RoundRatios = append(p.RoundRatios, d.RoundGBps[k]/m)
+			vs = append(vs, d.RoundGBps[k]/b.RoundGBps[k])
 		}
-		sorted := slices.Sorted(slices.Values(p.RoundRatios))
-		p.Ratio = sorted[(n-1)/2]
-		if n%2 == 0 {
-			p.Ratio = (sorted[n/2-1] + sorted[n/2]) / 2
-		}
+		p.Ratio, p.VsIndirect = medianOf(p.RoundRatios), medianOf(vs)
 	}
 	return p, true
+}
+
+// medianOf returns the median of v (the mean of the middle two for an
+// even count).
+func medianOf(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	n := len(s)
+	if n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[n/2]
 }
 
 // sweepTargets computes the targets from the figures that ran (nil grids,
@@ -183,6 +213,22 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 		}
 		anchor("indirect-only / copy() x2", dynproto.IndirectOnly.String(), runCopy2, wantOverCopy)
 		anchor("indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), runCopy2C, wantOverCopy)
+	}
+	// Figures 1 and 3 in wall time: figure 5's emulated link has no noise.
+	var same []float64
+	for _, p := range t.Points {
+		if p.SamePath && p.Figure != "fig5" {
+			same = append(same, p.VsIndirect)
+		}
+	}
+	if len(same) > 0 {
+		sp := &samePath{Points: len(same), Min: slices.Min(same), Median: medianOf(same), Max: slices.Max(same)}
+		for _, v := range same {
+			if v < wantDynamic {
+				sp.Below++
+			}
+		}
+		t.SamePath = sp
 	}
 	return t
 }
@@ -275,6 +321,10 @@ func (t *targets) write(w io.Writer) {
 	}
 	tb.write(w)
 	fmt.Fprintln(w)
+	if sp := t.SamePath; sp != nil {
+		fmt.Fprintf(w, "The resolution of the dynamic target: at the %d points of figures 1 and 3 where dynamic sent no byte directly, as indirect-only does (the same transfers), dynamic / indirect-only ranged from %.2f to %.2f (median %.2f), %d of them below %.2f.\n\n",
+			sp.Points, sp.Min, sp.Max, sp.Median, sp.Below, t.WantDynamic)
+	}
 	for _, m := range t.Missing {
 		fmt.Fprintf(w, "not checked: %s\n\n", m)
 	}
