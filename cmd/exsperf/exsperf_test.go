@@ -934,16 +934,24 @@ func TestDynamicRatio(t *testing.T) {
 		want                    ratioPoint
 	}{
 		{"one round: ratio of the values", row{Run: "direct-only", GBps: 2}, row{Run: "indirect-only", GBps: 4}, row{Run: "dynamic", GBps: 3},
-			ratioPoint{Dynamic: 3, Best: 4, BestRun: "indirect-only", Ratio: 0.75, VsIndirect: 0.75}},
+			ratioPoint{Dynamic: 3, Best: 4, BestRun: "indirect-only", Ratio: 0.75}},
 		// Round 2 is slow for every run: the ratio within each round is 1,
 		// although the medians come from different rounds.
 		{"rounds: median of the ratios within rounds", rw("direct-only", 1, 0.1, 1), rw("indirect-only", 2, 0.5, 2.2), rw("dynamic", 2.2, 0.5, 1.8),
-			ratioPoint{Dynamic: 1.8, Best: 2, BestRun: "indirect-only", Ratio: 1, RoundRatios: []float64{1.1, 1, 1.8 / 2.2}, VsIndirect: 1}},
+			ratioPoint{Dynamic: 1.8, Best: 2, BestRun: "indirect-only", Ratio: 1, RoundRatios: []float64{1.1, 1, 1.8 / 2.2}}},
 		{"rounds: even count", rw("direct-only", 1, 1), rw("indirect-only", 1, 1), rw("dynamic", 0.9, 0.8),
-			ratioPoint{Dynamic: 0.8, Best: 1, BestRun: "direct-only", Ratio: 0.85, RoundRatios: []float64{0.9, 0.8}, VsIndirect: 0.85}},
+			ratioPoint{Dynamic: 0.8, Best: 1, BestRun: "direct-only", Ratio: 0.85, RoundRatios: []float64{0.9, 0.8}}},
 		{"dynamic sent nothing directly: the same path as indirect-only", row{Run: "direct-only", GBps: 5}, row{Run: "indirect-only", GBps: 2},
 			row{Run: "dynamic", GBps: 1.8, PctDirect: optional(0)},
-			ratioPoint{Dynamic: 1.8, Best: 5, BestRun: "direct-only", Ratio: 0.36, SamePath: true, VsIndirect: 0.9}},
+			ratioPoint{Dynamic: 1.8, Best: 5, BestRun: "direct-only", Ratio: 0.36, SameAs: "indirect-only", VsSame: 0.9}},
+		// Each round, indirect-only and direct-only take turns at being the
+		// faster: the max() runs ahead of either.
+		{"dynamic sent all directly: against direct-only, round by round", rw("direct-only", 10, 8, 10), rw("indirect-only", 8, 10, 8),
+			row{Run: "dynamic", GBps: 9, RoundGBps: []float64{9, 9, 9.5}, PctDirect: optional(99.95)},
+			ratioPoint{Dynamic: 9, Best: 10, BestRun: "direct-only", Ratio: 0.9, RoundRatios: []float64{0.9, 0.9, 0.95}, SameAs: "direct-only", VsSame: 0.95}},
+		{"a mix: no baseline's path", row{Run: "direct-only", GBps: 2}, row{Run: "indirect-only", GBps: 1},
+			row{Run: "dynamic", GBps: 2, PctDirect: optional(50)},
+			ratioPoint{Dynamic: 2, Best: 2, BestRun: "direct-only", Ratio: 1}},
 	}
 	for _, tt := range tests {
 		got, ok := dynamicRatio("fig1", 64, 0, func(m string) (row, bool) {

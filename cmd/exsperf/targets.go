@@ -36,16 +36,21 @@ type ratioPoint struct {
 	BestRun     string    `json:"best_run"`
 	Ratio       float64   `json:"ratio"`
 	RoundRatios []float64 `json:"round_ratios,omitempty"`
-	// SamePath says that dynamic sent no byte directly, as indirect-only
-	// does: the two made the same transfers, and VsIndirect, dynamic /
-	// indirect-only taken as Ratio is, compares a run with its like.
-	SamePath   bool    `json:"same_path,omitempty"`
-	VsIndirect float64 `json:"vs_indirect,omitempty"`
+	// SameAs names the baseline whose transfers dynamic made: the one
+	// that sends as dynamic did, all its bytes directly or none (at most
+	// samePathSlack percent the other way), or "" if neither; VsSame is
+	// dynamic / that baseline, taken as Ratio is: a run against its like.
+	SameAs string  `json:"same_as,omitempty"`
+	VsSame float64 `json:"vs_same,omitempty"`
 }
 
-// samePath sums up dynamic / indirect-only where the two made the same
-// transfers: how far apart two runs of one path fall on this machine, the
-// resolution of the dynamic target.
+// samePathSlack is the percentage of bytes dynamic may send the other way
+// and still count as making a baseline's transfers.
+const samePathSlack = 0.1
+
+// samePath sums up dynamic / the baseline whose transfers it made: how far
+// apart two runs of one path fall on this machine, the resolution of the
+// dynamic target, whose max() of two such runs favours the luckier.
 type samePath struct {
 	Points int     `json:"points"`
 	Min    float64 `json:"min"`
@@ -113,21 +118,33 @@ func dynamicRatio(fig string, size, sends int, get func(mode string) (row, bool)
 		return ratioPoint{}, false
 	}
 	p := ratioPoint{Figure: fig, Size: size, Sends: sends, Dynamic: d.GBps, Best: best.GBps, BestRun: best.Run, Ratio: d.GBps / best.GBps}
-	if b.GBps > 0 {
-		p.VsIndirect = d.GBps / b.GBps
+	var same row
+	switch {
+	case d.PctDirect == nil:
+	case *d.PctDirect <= samePathSlack:
+		same = b
+	case *d.PctDirect >= 100-samePathSlack:
+		same = a
 	}
-	p.SamePath = d.PctDirect != nil && *d.PctDirect == 0 && p.VsIndirect > 0
+	if same.GBps > 0 {
+		p.SameAs, p.VsSame = same.Run, d.GBps/same.GBps
+	}
 	if n := len(d.RoundGBps); n > 1 && len(a.RoundGBps) == n && len(b.RoundGBps) == n {
 		var vs []float64
 		for k := range n {
 			m := max(a.RoundGBps[k], b.RoundGBps[k])
-			if !(m > 0) || !(b.RoundGBps[k] > 0) {
+			if !(m > 0) {
 				return p, true
 			}
 			p.RoundRatios = append(p.RoundRatios, d.RoundGBps[k]/m)
-			vs = append(vs, d.RoundGBps[k]/b.RoundGBps[k])
+			if p.SameAs != "" && same.RoundGBps[k] > 0 {
+				vs = append(vs, d.RoundGBps[k]/same.RoundGBps[k])
+			}
 		}
-		p.Ratio, p.VsIndirect = medianOf(p.RoundRatios), medianOf(vs)
+		p.Ratio = medianOf(p.RoundRatios)
+		if len(vs) == n {
+			p.VsSame = medianOf(vs)
+		}
 	}
 	return p, true
 }
@@ -217,8 +234,8 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 	// Figures 1 and 3 in wall time: figure 5's emulated link has no noise.
 	var same []float64
 	for _, p := range t.Points {
-		if p.SamePath && p.Figure != "fig5" {
-			same = append(same, p.VsIndirect)
+		if p.SameAs != "" && p.Figure != "fig5" {
+			same = append(same, p.VsSame)
 		}
 	}
 	if len(same) > 0 {
@@ -322,8 +339,8 @@ func (t *targets) write(w io.Writer) {
 	tb.write(w)
 	fmt.Fprintln(w)
 	if sp := t.SamePath; sp != nil {
-		fmt.Fprintf(w, "The resolution of the dynamic target: at the %d points of figures 1 and 3 where dynamic sent no byte directly, as indirect-only does (the same transfers), dynamic / indirect-only ranged from %.2f to %.2f (median %.2f), %d of them below %.2f.\n\n",
-			sp.Points, sp.Min, sp.Max, sp.Median, sp.Below, t.WantDynamic)
+		fmt.Fprintf(w, "The resolution of the dynamic target: at the %d points of figures 1 and 3 where dynamic made a baseline's transfers (no byte directly, as indirect-only, or all of them, as direct-only; at most %g%% the other way), dynamic / that baseline ranged from %.2f to %.2f (median %.2f), %d of them below %.2f; the target's max() of two runs of about the same speed favours the luckier round.\n\n",
+			sp.Points, samePathSlack, sp.Min, sp.Max, sp.Median, sp.Below, t.WantDynamic)
 	}
 	for _, m := range t.Missing {
 		fmt.Fprintf(w, "not checked: %s\n\n", m)
