@@ -339,7 +339,8 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 	type posted struct {
 		slot, n int
 	}
-	var order []posted // recvs posted, oldest first
+	var order []posted // recvs posted and not yet completed, oldest first
+	nposted := 0       // recvs posted in all
 	var off uint64
 	msgs := 0
 	eof := false
@@ -358,8 +359,8 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 			n := size
 			if typ == exs.SockStream {
 				n = logSize(r, 1, size)
-				if plan.limits && len(order) < 2 {
-					n = []int{1, maxMsg}[len(order)]
+				if plan.limits && nposted < 2 {
+					n = []int{1, maxMsg}[nposted]
 				}
 			}
 			b := slots[i].buf[:n]
@@ -368,6 +369,7 @@ func receiver(ctx context.Context, p *pair, q *exs.Queue, typ exs.SockType, plan
 			}
 			slots[i].busy = true
 			order = append(order, posted{i, n})
+			nposted++
 			out++
 		}
 		k, err := q.DequeueContext(ctx, evs, 1)
