@@ -81,12 +81,13 @@ func (cq *CQ) Len() int { return cq.q.Len() }
 //
 // When it finds fewer than len(wcs) completions, Poll first runs the
 // progress of the connections whose completions come here (Progress), so
-// that with a provider that offers it (the same-host provider does) the
-// polling goroutine takes arrived messages and outcomes itself, while the
-// provider's own goroutine stands aside: no hand-off between goroutines
-// per message. A goroutine that stops polling for long should say so with
-// Unpoll (Wait does, before it blocks); otherwise the provider's goroutine
-// resumes on its own within about a millisecond.
+// that with a provider that offers it (the same-host provider with
+// shm.WithPollerProgress) the polling goroutine takes arrived messages
+// and outcomes itself, while the provider's own goroutine stands aside:
+// no hand-off between goroutines per message. A goroutine that stops
+// polling for long should say so with Unpoll (Wait does, before it
+// blocks); otherwise the provider's goroutine resumes on its own, the
+// same-host provider's within about a millisecond.
 func (cq *CQ) Poll(wcs []WC) int {
 	n := cq.q.TryDequeue(wcs)
 	if n < len(wcs) && cq.Progress() {
