@@ -50,7 +50,10 @@ func (d *Device) CreateCQ(depth int, opts eventq.Options) (*CQ, error) {
 	progress, beforeBlock := opts.Progress, opts.BeforeBlock
 	opts.Progress = cq.Progress
 	if progress != nil {
-		opts.Progress = func() bool { return progress() || cq.Progress() }
+		opts.Progress = func() bool {
+			did := progress()
+			return cq.Progress() || did
+		}
 	}
 	opts.BeforeBlock = cq.Unpoll
 	if beforeBlock != nil {

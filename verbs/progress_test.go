@@ -45,7 +45,11 @@ func TestCQProgress(t *testing.T) {
 	}
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cqa, _ := dev.CreateCQ(16, eventq.Options{Mode: eventq.Adaptive, SpinTime: time.Millisecond})
+	// A Progress of the caller's own that always reports work runs first
+	// and does not keep the CQ from running its links'.
+	var own atomic.Int64
+	cqa, _ := dev.CreateCQ(16, eventq.Options{Mode: eventq.Adaptive, SpinTime: time.Millisecond,
+		Progress: func() bool { own.Add(1); return true }})
 	cqb, _ := dev.CreateCQ(16, eventq.Options{})
 	qa, _ := pd.CreateQP(verbs.QPConfig{SendCQ: cqa, RecvCQ: cqa})
 	qb, _ := pd.CreateQP(verbs.QPConfig{SendCQ: cqb, RecvCQ: cqb})
@@ -108,6 +112,7 @@ func TestCQProgress(t *testing.T) {
 	// A Wait that spins, then blocks until its context ends: progress
 	// while it spins, one Unpoll before it blocks.
 	before = counts()
+	ownBefore := own.Load()
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	_, err = cqa.Wait(wctx, wcs, 1)
 	wcancel()
@@ -117,6 +122,9 @@ func TestCQProgress(t *testing.T) {
 	got := counts()
 	if got[0] <= before[0] || got[1] != before[1]+1 || got[2] != before[2] {
 		t.Errorf("after a Wait that blocked: %v, want more progress of A than %d, unpoll %d, progress of B %d", got, before[0], before[1]+1, before[2])
+	}
+	if ownRuns := own.Load() - ownBefore; ownRuns == 0 || got[0]-before[0] < ownRuns {
+		t.Errorf("the Wait ran the caller's Progress %d times and A's %d times, want at least as many", ownRuns, got[0]-before[0])
 	}
 
 	// Once Disconnect returned, A's link is no longer polled.

@@ -141,9 +141,12 @@ type Link interface {
 type Progresser interface {
 	// Progress does the link's pending receive work, unless another
 	// goroutine is doing it, and reports whether it did any. It never
-	// blocks (beyond short locks) and is called with no lock held; it may
-	// call into the local Endpoint, as the provider's goroutine does.
-	// After Terminate it does nothing.
+	// waits for the peer (beyond short locks), with one exception: when
+	// the work ends the connection (the peer broke the rules, or Deliver
+	// refused its message), it runs Terminate, which may wait, as
+	// Terminate may, for the peer's copies into local memory to end. It
+	// is called with no lock held; it may call into the local Endpoint,
+	// as the provider's goroutine does. After Terminate it does nothing.
 	Progress() bool
 	// Unpoll says that a goroutine which called Progress stops polling
 	// (it is about to block): the provider's own goroutine takes over at

@@ -762,6 +762,13 @@ func (l *link) watch() {
 		}
 		l.onArenaMsg(b[:n], fds)
 	}
+	l.markPeerGone()
+}
+
+// markPeerGone records that the peer process ended or closed the
+// connection and wakes the receiver goroutine, sleeping or parked, to
+// finish it.
+func (l *link) markPeerGone() {
 	l.peerGone.Store(true)
 	l.me.ringAlways()
 	l.wakeParked()

@@ -122,8 +122,7 @@ func (l *link) watchPeerProcess() {
 		// exit closes the file (or the file cannot be polled: then
 		// only the socket and failed calls tell).
 		if rc.Read(func(fd uintptr) bool { return pidfdExited(int(fd)) }) == nil {
-			l.peerGone.Store(true)
-			l.me.ringAlways()
+			l.markPeerGone()
 		}
 	}()
 }
@@ -173,8 +172,7 @@ func (l *link) cmaTransfer(v *iovecs, write bool, k int) (int, error) {
 		return n, nil
 	}
 	if l.peerExited() {
-		l.peerGone.Store(true)
-		l.me.ringAlways()
+		l.markPeerGone()
 		return n, fmt.Errorf("%w (%w)", errPeerGone, err)
 	}
 	return n, peerErr(err)
