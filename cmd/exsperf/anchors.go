@@ -91,6 +91,9 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 	}
 	var m [2]mark                // the consumer's marks at the edges
 	var prodCPU [2]time.Duration // the producer's thread time at the edges
+	// With one CPU the two threads share it: each yields while it waits,
+	// instead of spinning until the runtime preempts it.
+	yield := runtime.NumCPU() < 2
 	consumerDone := make(chan struct{})
 	go func() {
 		defer close(consumerDone)
@@ -120,6 +123,9 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 					pos.edge.Store(int32(e))
 				}
 			}
+			if h == t && yield {
+				runtime.Gosched()
+			}
 		}
 	}()
 	producerDone := make(chan error, 1)
@@ -142,6 +148,9 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 				}
 				free := int64(ringBytes) - (h - pos.tail.Load())
 				if free == 0 {
+					if yield {
+						runtime.Gosched()
+					}
 					continue
 				}
 				off := int(h % int64(ringBytes))
