@@ -291,10 +291,12 @@ type link struct {
 	held       bool // a request waits for a RECV (RNRWait at the peer)
 	reqStopped bool // no more requests are taken (the connection failed)
 	peerTerm   bool // the peer's TERM arrived
-	ackID      uint32
-	ackPend    bool
-	riov       iovecs
-	acked      []*verbs.Message // completeUpTo's batch
+	// The acknowledgement of the requests delivered, to send: set by the
+	// receive work and flushed by it or by Terminate, under txMu.
+	ackID   uint32
+	ackPend bool
+	riov    iovecs
+	acked   []*verbs.Message // completeUpTo's batch
 
 	st counters
 }
@@ -711,6 +713,9 @@ func (l *link) Terminate(cause error) {
 	if l.delivering.Load() {
 		l.termPend = true
 	} else {
+		// What was delivered is acknowledged before the TERM, so that
+		// the peer's sends it completes do not fail with the connection.
+		l.flushAckLocked()
 		l.emitLocked(item{kind: recTerm, code: l.termKind, data: []byte(l.termText)})
 		l.peer.ring()
 	}
@@ -1028,6 +1033,8 @@ func (l *link) processResp() {
 			sentinel := verbs.ErrDisconnected
 			if id == termError {
 				sentinel = verbs.ErrTerminated
+			} else {
+				l.deliverBeforeTerm()
 			}
 			l.ep.Terminated(fmt.Errorf("%w: %s", sentinel, rec[respHdr:]))
 			continue
@@ -1039,6 +1046,28 @@ func (l *link) processResp() {
 			return
 		}
 		l.respIn.advance(len(rec))
+	}
+}
+
+// deliverBeforeTerm delivers the requests the peer wrote into the request
+// ring before its TERM of a plain disconnect, as long as they need none of
+// its memory (a single inline record, as every small SEND is): the peer
+// posted them before it went, and verbs lets work in flight at a
+// disconnect arrive. A protocol whose last messages are small SENDs (an
+// acknowledgement posted just before a close) then has them arrive, rather
+// than lost to the order in which this side reads its two rings. Called
+// with rx held.
+func (l *link) deliverBeforeTerm() {
+	defer l.publishIn(&l.reqIn)
+	for !l.held && !l.reqStopped {
+		rec, err := l.reqIn.peek()
+		if err != nil || rec == nil || len(rec) < reqHdr || rec[4] != recReq || rec[6] != modeInline ||
+			binary.LittleEndian.Uint64(rec[32:]) > uint64(len(rec)-reqHdr) {
+			return
+		}
+		if !l.deliver(rec) {
+			return
+		}
 	}
 }
 
@@ -1144,14 +1173,13 @@ func (l *link) processReq() {
 			break
 		}
 	}
-	if l.ackPend {
-		l.txMu.Lock()
-		if !l.dead {
-			l.flushAckLocked()
-			l.peer.ring()
-		}
-		l.txMu.Unlock()
+	// Under txMu: Terminate may have flushed the acknowledgement.
+	l.txMu.Lock()
+	if l.ackPend && !l.dead {
+		l.flushAckLocked()
+		l.peer.ring()
 	}
+	l.txMu.Unlock()
 }
 
 // flushAckLocked sends the pending acknowledgement.
@@ -1220,6 +1248,7 @@ func (l *link) deliver(rec []byte) bool {
 	}
 	if l.termPend {
 		l.termPend = false
+		l.flushAckLocked()
 		l.emitLocked(item{kind: recTerm, code: l.termKind, data: []byte(l.termText)})
 	}
 	if !goOn {

@@ -13,6 +13,8 @@ var flushTests = []test{
 	{"Flush/OnPeerDisconnect", func(x *st) { testFlushByPeer(x, false) }},
 	{"Flush/OnPeerClose", func(x *st) { testFlushByPeer(x, true) }},
 	{"Flush/PostInError", testPostInError},
+	{"Flush/DeliveredBeforePeerClose", func(x *st) { testDeliveredBeforePeerGoes(x, true) }},
+	{"Flush/DeliveredBeforePeerDisconnect", func(x *st) { testDeliveredBeforePeerGoes(x, false) }},
 }
 
 // outstanding posts, on a queue pair whose peer has no RECV, three RECVs
@@ -131,5 +133,62 @@ func testPostInError(x *st) {
 	recvs, sends := split(x.poll(q, 2))
 	x.wantWCs("local receive", []verbs.WC{{WRID: 2, Status: verbs.StatusFlushed, Opcode: verbs.WCRecv}}, recvs)
 	x.wantWCs("local send", []verbs.WC{{WRID: 1, Status: verbs.StatusFlushed, Opcode: verbs.WCSend}}, sends)
+	x.noMore(q)
+}
+
+// testDeliveredBeforePeerGoes has the peer WRITE and SEND, wait for its
+// SENDs' completions, then close (or disconnect) at once: every SEND whose
+// completion the peer saw has completed its RECV here, with its data and
+// the data of the WRITEs before it, ahead of the flushes of the RECVs left.
+// A completed send is never taken back by the sender's going; exs's close
+// rule (no byte whose send completed is lost to the peer's Close) rests on
+// it.
+func testDeliveredBeforePeerGoes(x *st, destroy bool) {
+	const n = 8
+	q, p := x.pair(QPSpec{}, QPSpec{})
+	dst := x.register(q, 16*(n+2), mreg.LocalWrite)
+	target := x.register(q, 16*n, mreg.LocalWrite|mreg.RemoteWrite)
+	for i := range n + 2 {
+		x.postRecv(q, uint64(100+i), dst.sge(16*i, 16))
+	}
+	pm := x.peerRegister(p, 32*n, 0)
+	data := pattern(21, 32*n)
+	if err := pm.Write(0, data); err != nil {
+		x.Fatal(err)
+	}
+	for i := range n {
+		x.peerPost(p,
+			PeerSendWR{WRID: uint64(2 * i), Opcode: verbs.OpWrite, SGL: []PeerSGE{{MR: pm, Off: 32 * i, Len: 16}},
+				RemoteAddr: target.Addr() + uint64(16*i), RKey: target.RKey()},
+			PeerSendWR{WRID: uint64(2*i + 1), Opcode: verbs.OpSend, Signaled: true, SGL: []PeerSGE{{MR: pm, Off: 32*i + 16, Len: 16}}},
+		)
+	}
+	x.peerPoll(p, n)
+	var err error
+	if destroy {
+		err = p.Close()
+	} else {
+		err = p.Disconnect()
+	}
+	if err != nil {
+		x.Fatalf("peer close: %v", err)
+	}
+	var want []verbs.WC
+	for i := range n {
+		want = append(want, verbs.WC{WRID: uint64(100 + i), Status: verbs.StatusSuccess, Opcode: verbs.WCRecv, ByteLen: 16})
+	}
+	for i := n; i < n+2; i++ {
+		want = append(want, verbs.WC{WRID: uint64(100 + i), Status: verbs.StatusFlushed, Opcode: verbs.WCRecv})
+	}
+	x.wantWCs("local receive", want, x.poll(q, n+2))
+	wantDst, wantTarget := fill(16*(n+2)), fill(16*n)
+	for i := range n {
+		copy(wantDst[16*i:], data[32*i+16:32*i+32])
+		copy(wantTarget[16*i:], data[32*i:32*i+16])
+	}
+	b, _ := dst.Read()
+	x.expectRegion("local receive buffers", b, wantDst)
+	b, _ = target.Read()
+	x.expectRegion("local write target", b, wantTarget)
 	x.noMore(q)
 }
