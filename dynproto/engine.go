@@ -170,7 +170,9 @@ const (
 	// WriteDirect: RDMA WRITE Len bytes from send ID at offset Off to the
 	// peer's advertised buffer at (RKey, Addr). The advert's RKey and Addr
 	// are those the caller put into the ADVERT frame; Addr already includes
-	// the offset within the advertised buffer.
+	// the offset within the advertised buffer. Len is 0 for an empty
+	// message (message mode): nothing is written, but the write still
+	// counts, and its WriteDone is due once the frame after it completed.
 	WriteDirect Kind = iota + 1
 	// WriteIndirect: RDMA WRITE Len bytes from send ID at offset Off into
 	// the peer's stream buffer at offset RingOff.
@@ -184,8 +186,8 @@ const (
 	CopyOut
 	// SendDone: send ID completed with Len bytes and Err.
 	SendDone
-	// RecvDone: recv ID completed with Len bytes and Err. Len 0 with a nil
-	// Err in stream mode means the end of the stream.
+	// RecvDone: recv ID completed with Len bytes and Err; EOF says it
+	// met the end of the peer's stream (Len 0, no error).
 	RecvDone
 	// Discard: Len bytes at RingOff in this end's stream buffer belonged to
 	// a message too long for its recv and were dropped. Nothing is to be
@@ -216,6 +218,10 @@ type Action struct {
 	Addr    uint64 // WriteDirect
 	Frame   Frame  // SendFrame
 	Err     error  // SendDone, RecvDone
+	// EOF marks a RecvDone at the end of the peer's stream: no unit
+	// follows. Len is 0; in message mode it tells the end from an empty
+	// message.
+	EOF bool
 }
 
 func (a Action) String() string {
@@ -229,8 +235,11 @@ func (a Action) String() string {
 	case CopyOut:
 		return fmt.Sprintf("CopyOut(ring %d -> recv %d [%d:+%d])", a.RingOff, a.ID, a.Off, a.Len)
 	case SendDone, RecvDone:
-		if a.Err != nil {
+		switch {
+		case a.Err != nil:
 			return fmt.Sprintf("%v(%d, %d, %v)", a.Kind, a.ID, a.Len, a.Err)
+		case a.EOF:
+			return fmt.Sprintf("%v(%d, EOF)", a.Kind, a.ID)
 		}
 		return fmt.Sprintf("%v(%d, %d)", a.Kind, a.ID, a.Len)
 	}
@@ -338,6 +347,8 @@ type Engine struct {
 
 	dead    bool  // aborted
 	deadErr error // the abort's error
+	gone    bool  // the connection is gone (PeerGone); the stream buffer still delivers
+	goneErr error // PeerGone's error
 
 	// Frame flow control. fc is the regular frame credits this end holds,
 	// owed the regular buffers it has reposted and not yet reported; slot
@@ -426,6 +437,8 @@ func (e *Engine) QueueSend(out []Action, id uint64, n int) []Action {
 		return append(out, Action{Kind: SendDone, ID: id, Err: e.deadErr})
 	case e.shutdown:
 		return append(out, Action{Kind: SendDone, ID: id, Err: errPipe})
+	case e.gone:
+		return append(out, Action{Kind: SendDone, ID: id, Err: e.goneErr})
 	case n < 0:
 		return append(out, Action{Kind: SendDone, ID: id, Err: errInval})
 	}
@@ -462,15 +475,12 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 		waitAll = false // a message is whole anyway
 	}
 	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting}
-	if e.cfg.Mode == IndirectOnly || e.fin {
+	if e.cfg.Mode == IndirectOnly || e.fin || e.gone {
 		r.state = recvPlain
 	} else {
 		e.kb++
 	}
 	e.recvs.push(r)
-	if e.fin {
-		out = e.finishAtEOF(out)
-	}
 	return e.Pump(out)
 }
 
@@ -478,7 +488,7 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 // transferred, then a FIN follows the last byte. Sends posted afterwards
 // complete with EPIPE.
 func (e *Engine) Shutdown(out []Action) []Action {
-	if e.dead || e.shutdown {
+	if e.dead || e.gone || e.shutdown {
 		return out
 	}
 	e.shutdown = true
@@ -506,8 +516,79 @@ func (e *Engine) Abort(out []Action, err error) []Action {
 	return out
 }
 
+// PeerGone reports that the connection is gone while this end still
+// stands: the peer closed or reset it, or died. No frame will arrive and
+// none can leave. What already arrived is kept (a byte whose send
+// completed at the peer is never lost because the peer went): the recvs
+// still take every byte (every whole message) the stream buffer holds, in
+// order, and then the end of the stream if the peer's FIN arrived, or err
+// if it did not. In stream mode a recv holding bytes completes with them
+// (a short MSG_WAITALL recv) and err goes to the next one; in message mode
+// a message the peer had not finished is dropped. Every send not yet
+// complete fails with err, and so does every later send; later recvs
+// complete as above. Outstanding writes need no WriteDone any more.
+func (e *Engine) PeerGone(out []Action, err error) []Action {
+	if e.dead || e.gone {
+		return out
+	}
+	if mut.GoneDiscards {
+		return e.Abort(out, err)
+	}
+	e.gone, e.goneErr = true, err
+	for e.sends.len() > 0 {
+		s := e.sends.pop()
+		out = append(out, Action{Kind: SendDone, ID: s.id, Err: err})
+	}
+	e.cur = 0
+	e.writes = fifo[uint64]{}
+	e.adverts = fifo[advert]{}
+	e.paused, e.pauseSent = false, false
+	// Nothing more will be advertised.
+	for i := e.adv; i < e.recvs.len(); i++ {
+		if r := e.recvs.at(i); r.state == recvWaiting {
+			r.state = recvPlain
+		}
+	}
+	e.kb = 0
+	if e.cfg.Type == SeqPacket {
+		// The segments after the last whole message will never be
+		// completed by the rest of their message.
+		keep := e.segs.len()
+		for keep > 0 && !e.segs.at(keep-1).eom {
+			keep--
+			e.br -= e.segs.at(keep).n
+		}
+		e.segs.truncate(keep)
+	}
+	return e.finishGone(out)
+}
+
+// finishGone completes the pending recvs of a connection that is gone once
+// its stream buffer has nothing more for them.
+func (e *Engine) finishGone(out []Action) []Action {
+	if !e.gone || e.fin || e.br > 0 || e.segs.len() > 0 {
+		return out
+	}
+	if mut.GoneEOF {
+		e.fin = true
+		return e.finishAtEOF(out)
+	}
+	for e.recvs.len() > 0 {
+		r := e.recvs.at(0)
+		if e.cfg.Type == Stream && r.filled > 0 {
+			out = e.completeRecv(out, nil)
+			continue
+		}
+		out = e.completeRecv(out, e.goneErr)
+	}
+	return out
+}
+
 // Dead reports whether the engine was aborted.
 func (e *Engine) Dead() bool { return e.dead }
+
+// Gone reports whether PeerGone was called (and Abort was not).
+func (e *Engine) Gone() bool { return e.gone && !e.dead }
 
 // Done reports whether both directions have ended in order: this end's FIN
 // has been sent and all its sends completed, and the peer's FIN has arrived
@@ -518,7 +599,7 @@ func (e *Engine) Done() bool {
 
 // WriteDone reports that the oldest outstanding write has completed.
 func (e *Engine) WriteDone(out []Action) ([]Action, error) {
-	if e.dead {
+	if e.dead || e.gone {
 		return out, nil
 	}
 	if e.writes.len() == 0 {
@@ -567,6 +648,9 @@ func (e *Engine) skipIssued() {
 func (e *Engine) OnFrame(out []Action, f *Frame) ([]Action, error) {
 	if e.dead {
 		return out, nil
+	}
+	if e.gone {
+		return out, fmt.Errorf("%w: frame after the connection went", ErrProtocol)
 	}
 	if f.Type == FrameCredit {
 		if e.slotOwed {
@@ -811,7 +895,9 @@ func (e *Engine) finishAtEOF(out []Action) []Action {
 		return out
 	}
 	for e.recvs.len() > 0 {
+		eof := e.recvs.at(0).filled == 0
 		out = e.completeRecv(out, nil)
+		out[len(out)-1].EOF = eof
 	}
 	return out
 }
@@ -842,7 +928,7 @@ func (e *Engine) CanCopy() bool {
 	}
 	if e.cfg.Type == SeqPacket {
 		// After a too-long message, copying waits for its ACK to go.
-		return e.segs.len() > 0 && !e.ackTooLong
+		return e.segs.len() > 0 && (!e.ackTooLong || e.gone)
 	}
 	return e.br > 0
 }
@@ -858,7 +944,6 @@ func (e *Engine) Copy(out []Action) []Action {
 	} else {
 		out = e.copyStream(out)
 	}
-	out = e.finishAtEOF(out)
 	return e.Pump(out)
 }
 
@@ -909,7 +994,7 @@ func (e *Engine) consume(n int) {
 
 func (e *Engine) copyMessages(out []Action) []Action {
 	for e.segs.len() > 0 && e.recvs.len() > 0 {
-		if e.ackTooLong {
+		if e.ackTooLong && !e.gone {
 			// An ACK reporting a too-long message is still to be sent:
 			// wait, so that each such ACK names exactly one message.
 			break
@@ -959,6 +1044,9 @@ func (e *Engine) Pump(out []Action) []Action {
 		return out
 	}
 	out = e.finishAtEOF(out)
+	if e.gone {
+		return e.finishGone(out)
+	}
 	out = e.pumpAck(out)
 	out = e.pumpAdverts(out)
 	out = e.pumpSends(out)
@@ -1277,10 +1365,12 @@ func (e *Engine) direct(out []Action, a *advert) []Action {
 			s.err = errMsgSize
 			e.stats.MessagesTooLong++
 		} else {
+			// An empty message too: its write of 0 bytes moves nothing,
+			// but its WriteDone, after the frame, completes the send
+			// once the message has arrived (not before, or a close that
+			// follows could lose a message whose send completed).
 			f.Len = uint32(s.n)
-			if s.n > 0 {
-				out = e.write(out, WriteDirect, s, 0, s.n, a.rkey, a.addr, 0)
-			}
+			out = e.write(out, WriteDirect, s, 0, s.n, a.rkey, a.addr, 0)
 			e.stats.BytesDirect += uint64(s.n)
 		}
 		s.issued, s.all = s.n, true

@@ -35,6 +35,17 @@ func (q *fifo[T]) pop() T {
 	return v
 }
 
+// truncate drops every element after the first n.
+func (q *fifo[T]) truncate(n int) {
+	end := q.head + n
+	clear(q.buf[end:])
+	q.buf = q.buf[:end]
+	if n == 0 {
+		q.buf = q.buf[:0]
+		q.head = 0
+	}
+}
+
 // clone returns a copy that shares no storage with q.
 func (q *fifo[T]) clone() fifo[T] {
 	if q.len() == 0 {

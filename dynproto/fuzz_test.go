@@ -83,7 +83,7 @@ func FuzzEngine(f *testing.F) {
 			c.MaxIndirect = int(r.next() % 17)
 		}
 		for i := range 2 {
-			s := sim.Script{Shutdown: true, DrainLen: 41}
+			s := sim.Script{Shutdown: true, DrainLen: 41, Close: r.next()%8 == 0}
 			for range r.next() % 6 {
 				s.Sends = append(s.Sends, int(r.next()%41))
 			}

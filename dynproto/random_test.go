@@ -49,6 +49,10 @@ func randomConfig(rng *rand.Rand, mode dynproto.Mode, typ dynproto.SockType, wai
 			s.Recvs = append(s.Recvs, sim.RecvOp{Len: 1 + rng.IntN(maxLen+20), WaitAll: waitAll && rng.IntN(3) > 0})
 		}
 		s.DrainLen = maxLen + 1 // big enough for any message
+		// The ending, in some worlds: this end's application may close
+		// at any point (not drawn from rng, so that the scripts stay the
+		// same).
+		s.Close = (13*ring[i]+7*ring[1-i]+5*i)%6 == 0
 		cfg.Scripts[i] = s
 	}
 	return &cfg

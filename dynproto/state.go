@@ -34,6 +34,7 @@ type State struct {
 	FinSent      bool
 	FinReceived  bool
 	Dead         bool
+	Gone         bool // PeerGone: the connection went, the stream buffer still delivers
 }
 
 // State returns a snapshot of the engine's protocol variables.
@@ -41,7 +42,7 @@ func (e *Engine) State() State {
 	return State{
 		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.len(), Sends: e.sends.len(), Writes: e.writes.len(), Held: e.held, Paused: e.paused,
 		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.len(), PausedAt: e.pausedAt,
-		FrameCredits: e.fc, Owed: e.owed, FinSent: e.finSent, FinReceived: e.fin, Dead: e.dead,
+		FrameCredits: e.fc, Owed: e.owed, FinSent: e.finSent, FinReceived: e.fin, Dead: e.dead, Gone: e.gone,
 	}
 }
 
@@ -73,6 +74,8 @@ func (e *Engine) AppendKey(b []byte) []byte {
 	}
 	t(e.dead)
 	u(errCode(e.deadErr))
+	t(e.gone)
+	u(errCode(e.goneErr))
 	i(e.fc)
 	i(e.owed)
 	t(e.slot)

@@ -51,6 +51,14 @@ import (
 //	| R recvs pending               | FIN                            | every recv done with 0 (end of stream)          |
 //	| R frames owed >= half         | frames arrive                  | CREDIT                                          |
 //
+// The ending (PeerGone: the peer closed, reset or died):
+//
+//	| R data buffered, no FIN       | peer gone, three recvs         | the data in order, then ECONNRESET              |
+//	| R data buffered, FIN          | peer gone, three recvs         | the data in order, then the end of stream       |
+//	| R WAITALL recv partly filled  | peer gone                      | done short with its bytes; next ECONNRESET      |
+//	| S sends waiting for an ADVERT | peer gone, one more send       | every send ECONNRESET; nothing emitted          |
+//	| R message partly arrived      | peer gone, recv                | the part dropped; the recv ECONNRESET           |
+//
 // The rows above run without departure 11 (Config.NoHeldHint); these run with
 // it:
 //
@@ -521,8 +529,97 @@ func TestTransitions(t *testing.T) {
 			},
 			do: deliverData,
 			want: []dynproto.Action{
-				{Kind: dynproto.RecvDone, ID: 7},
-				{Kind: dynproto.RecvDone, ID: 8},
+				{Kind: dynproto.RecvDone, ID: 7, EOF: true},
+				{Kind: dynproto.RecvDone, ID: 8, EOF: true},
+			},
+		},
+		{
+			name:  "R data buffered, no FIN, peer gone: the data in order, then ECONNRESET",
+			setup: func(p *pair) { p.send(1, 5); deliverData(p) },
+			do: func(p *pair) []dynproto.Action {
+				out := p.R.PeerGone(nil, syscall.ECONNRESET)
+				out = p.R.Copy(p.R.PostRecv(out, 7, 3, false))
+				out = p.R.Copy(p.R.PostRecv(out, 8, 10, false))
+				return p.R.Copy(p.R.PostRecv(out, 9, 10, false))
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 7, Len: 3},
+				{Kind: dynproto.RecvDone, ID: 7, Len: 3},
+				{Kind: dynproto.CopyOut, ID: 8, Len: 2, RingOff: 3},
+				{Kind: dynproto.RecvDone, ID: 8, Len: 2},
+				{Kind: dynproto.RecvDone, ID: 9, Err: syscall.ECONNRESET},
+			},
+		},
+		{
+			name: "R data buffered, FIN, peer gone: the data in order, then the end of stream",
+			setup: func(p *pair) {
+				p.send(1, 5)
+				p.fromS(p.S.Shutdown(nil))
+				deliverData(p)
+				deliverData(p)
+			},
+			do: func(p *pair) []dynproto.Action {
+				out := p.R.PeerGone(nil, syscall.ECONNRESET)
+				out = p.R.Copy(p.R.PostRecv(out, 7, 3, false))
+				out = p.R.Copy(p.R.PostRecv(out, 8, 10, false))
+				return p.R.Copy(p.R.PostRecv(out, 9, 10, false))
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 7, Len: 3},
+				{Kind: dynproto.RecvDone, ID: 7, Len: 3},
+				{Kind: dynproto.CopyOut, ID: 8, Len: 2, RingOff: 3},
+				{Kind: dynproto.RecvDone, ID: 8, Len: 2},
+				{Kind: dynproto.RecvDone, ID: 9, EOF: true},
+			},
+		},
+		{
+			name: "R WAITALL recv partly filled, peer gone: done short, the next ECONNRESET",
+			setup: func(p *pair) {
+				p.recv(7, 10, true)
+				p.send(1, 4)
+				deliverData(p)
+			},
+			do: func(p *pair) []dynproto.Action {
+				return p.R.PostRecv(p.R.PeerGone(nil, syscall.ECONNRESET), 8, 10, false)
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.RecvDone, ID: 7, Len: 4},
+				{Kind: dynproto.RecvDone, ID: 8, Err: syscall.ECONNRESET},
+			},
+		},
+		{
+			name:  "S sends waiting for an ADVERT, peer gone: ECONNRESET, later sends too",
+			cfg:   func(c *dynproto.Config) { c.Mode = dynproto.DirectOnly },
+			setup: func(p *pair) { p.send(1, 5); p.send(2, 5) },
+			do: func(p *pair) []dynproto.Action {
+				return p.S.PostSend(p.S.PeerGone(nil, syscall.ECONNRESET), 3, 1)
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.SendDone, ID: 1, Err: syscall.ECONNRESET},
+				{Kind: dynproto.SendDone, ID: 2, Err: syscall.ECONNRESET},
+				{Kind: dynproto.SendDone, ID: 3, Err: syscall.ECONNRESET},
+			},
+		},
+		{
+			name: "R message partly arrived, peer gone: the part dropped, the recv ECONNRESET",
+			cfg: func(c *dynproto.Config) {
+				c.Type, c.Mode, c.MaxIndirect = dynproto.SeqPacket, dynproto.IndirectOnly, 3
+			},
+			setup: func(p *pair) {
+				p.send(1, 2)
+				p.send(2, 5) // two transfers: 3 bytes, then 2 with EOM
+				deliverData(p)
+				deliverData(p)
+			},
+			do: func(p *pair) []dynproto.Action {
+				out := p.R.PeerGone(nil, syscall.ECONNRESET)
+				out = p.R.Copy(p.R.PostRecv(out, 7, 10, false))
+				return p.R.Copy(p.R.PostRecv(out, 8, 10, false))
+			},
+			want: []dynproto.Action{
+				{Kind: dynproto.CopyOut, ID: 7, Len: 2},
+				{Kind: dynproto.RecvDone, ID: 7, Len: 2},
+				{Kind: dynproto.RecvDone, ID: 8, Err: syscall.ECONNRESET},
 			},
 		},
 		{

@@ -136,9 +136,11 @@ func advertPhase(p dynproto.Phase) dynproto.Phase {
 // in flight (every write of the sender has completed, which happens only
 // after the frame announcing it was delivered), every unit sent has been
 // delivered, none waits in the stream buffer, no recv is pending, and the
-// stream has not ended (after the end, no ADVERT follows).
+// stream has not ended (after the end, no ADVERT follows), and the
+// connection has not gone at either end (no ADVERT follows then either).
 func caughtUp(s, r *dynproto.State) bool {
-	return s.Writes == 0 && s.SS == r.SR && r.BR == 0 && r.Recvs == 0 && !r.FinReceived && !r.Dead
+	return s.Writes == 0 && s.SS == r.SR && r.BR == 0 && r.Recvs == 0 && !r.FinReceived &&
+		!r.Dead && !r.Gone && !s.Dead && !s.Gone
 }
 
 // node is a state waiting to be expanded.

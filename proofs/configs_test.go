@@ -71,6 +71,20 @@ var defaultConfigs = []config{
 	{"dyn-stream-maxind1", "mode=dynamic type=stream ring=3 frames=2 maxind=1 a.sends=2,1,3 a.shutdown b.recvs=1,3,2 b.drain=3"},
 	{"dyn-stream-maxind2-advmin2", "mode=dynamic type=stream ring=3 frames=2 maxind=2 advmin=2 a.sends=3,1,2 a.shutdown b.recvs=1,3w,2 b.drain=3"},
 	{"indirect-stream-maxind1", "mode=indirect-only type=stream ring=3 frames=2 maxind=1 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	// The ending: A's application may close at any point (before, during
+	// or after its sends and shutdown), and B then takes every byte A's
+	// completed sends hold, then the end of the stream (FIN) or ECONNRESET.
+	// With and without a shutdown, a MSG_WAITALL recv left partly filled,
+	// every mode, messages, and two directions with both ends closing.
+	{"end-dyn-stream-close", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=1 b.drain=2"},
+	{"end-dyn-stream-close-waitall", "mode=dynamic type=stream ring=1 frames=2 a.sends=1,2 a.close b.recvs=1,2w b.drain=1"},
+	{"end-direct-stream-close", "mode=direct-only type=stream ring=0 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=2,1w b.drain=2"},
+	{"end-indirect-stream-close", "mode=indirect-only type=stream ring=2 frames=2 a.sends=1,2,1 a.shutdown a.close b.recvs=2,1 b.drain=2"},
+	{"end-dyn-seqpacket-close", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=2,1 a.shutdown a.close b.recvs=2 b.drain=2"},
+	// Empty messages, direct and through the stream buffer.
+	{"end-direct-seqpacket-empty-close", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	{"end-indirect-seqpacket-empty-close", "mode=indirect-only type=seqpacket ring=1 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	{"end-dyn-stream-twoway-close", "mode=dynamic type=stream ring=1 frames=1 a.sends=1 a.shutdown a.drain=1 a.close b.sends=1 b.shutdown b.drain=1 b.close"},
 }
 
 // deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,
@@ -100,6 +114,7 @@ var deepConfigs = []config{
 var smokeConfigs = []config{
 	{"smoke-dyn-stream", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
 	{"smoke-dyn-seqpacket", "mode=dynamic type=seqpacket ring=1 frames=1 a.sends=2,1 a.shutdown b.recvs=1,2 b.drain=2"},
+	{"smoke-dyn-stream-close", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,1 a.shutdown a.close b.drain=1"},
 }
 
 // deep reports whether the deep run was asked for.

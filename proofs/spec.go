@@ -24,7 +24,8 @@ var ErrSpec = errors.New("exs: malformed model-checking configuration")
 //
 //	mode=dynamic type=stream ring=2 frames=1 a.sends=1,2,3 a.shutdown b.recvs=2,1w,3 b.drain=3
 //
-// where a recv length followed by "w" is a MSG_WAITALL recv. A "*" for a
+// where a recv length followed by "w" is a MSG_WAITALL recv, and "a.close"
+// lets endpoint A's application close it at any point. A "*" for a
 // length leaves it to a choice the application makes when it posts, among
 // a.choose (sends) or a.rchoose (recvs), as in
 //
@@ -113,6 +114,9 @@ func (s Spec) String() string {
 		}
 		if sc.DrainLen != 0 {
 			fmt.Fprintf(&b, " %s.drain=%d", p, sc.DrainLen)
+		}
+		if sc.Close {
+			fmt.Fprintf(&b, " %s.close", p)
 		}
 	}
 	return b.String()
@@ -221,11 +225,15 @@ func parseScriptField(s *Spec, key, val string, hasVal bool) error {
 		})
 	case "rchoose":
 		sc.RecvChoices, err = parseList(val, parseRecv)
-	case "shutdown":
+	case "shutdown", "close":
 		if hasVal {
 			return fmt.Errorf("%w: %q takes no value", ErrSpec, key)
 		}
-		sc.Shutdown = true
+		if field == "close" {
+			sc.Close = true
+		} else {
+			sc.Shutdown = true
+		}
 	case "drain":
 		sc.DrainLen, err = parseCount(val)
 	default:

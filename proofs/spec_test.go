@@ -47,6 +47,13 @@ func TestSpecText(t *testing.T) {
 			}},
 		},
 		{
+			text: "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=1 b.drain=2 b.close",
+			want: Spec{Mode: dynproto.Dynamic, Type: dynproto.Stream, Ring: 2, Frames: 2, Scripts: [2]sim.Script{
+				{Sends: []int{1, 2}, Shutdown: true, Close: true},
+				{Recvs: []sim.RecvOp{{Len: 1}}, DrainLen: 2, Close: true},
+			}},
+		},
+		{
 			text: "mode=indirect-only type=stream ring=1 frames=1",
 			want: Spec{Mode: dynproto.IndirectOnly, Type: dynproto.Stream, Ring: 1, Frames: 1},
 		},
@@ -80,6 +87,7 @@ func TestParseSpecErrors(t *testing.T) {
 		"mode=dynamic type=stream b.recvs=0",
 		"mode=dynamic type=stream b.recvs=w",
 		"mode=dynamic type=stream a.shutdown=1",
+		"mode=dynamic type=stream a.close=1",
 		"mode=dynamic type=stream a.colour=red",
 		"mode=dynamic type=stream ring=99999999",
 		"mode=dynamic type=stream a.choose=1,*",
@@ -106,6 +114,7 @@ func TestTraceText(t *testing.T) {
 			{End: 0, Kind: sim.MoveWriteDone}, {End: 1, Kind: sim.MoveCopy}, {End: 1, Kind: sim.MoveDrainRecv},
 			{End: 0, Kind: sim.MoveShutdown}, {End: 0, Kind: sim.MoveSend, Chosen: true, Len: 3},
 			{End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 2, WaitAll: true}, {End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 1},
+			{End: 0, Kind: sim.MoveClose}, {End: 1, Kind: sim.MoveLose},
 		},
 		Comment: "first line\n\n  indented line\n",
 	}

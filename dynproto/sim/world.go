@@ -13,7 +13,11 @@
 // ordering: a SEND is delivered only after every earlier WRITE is placed).
 // Each endpoint's application follows a script: a list of send lengths (then
 // shutdown) and a list of recvs; once its script's recvs are used up it posts
-// "drain" recvs, one at a time, until the end of the stream.
+// "drain" recvs, one at a time, until the end of the stream. A script may
+// also close its endpoint, at any point: the engine is aborted, frames on
+// their way to it are dropped, and the peer learns that the connection went
+// (PeerGone) after any prefix of the frames the closed end had sent, the
+// rest being lost, as verbs allows for work requests not yet complete.
 //
 // Properties checked on every step (a violation stops the world):
 //   - the bytes each recv completes with are exactly the next bytes of the
@@ -27,7 +31,14 @@
 //   - an indirect write lands only on stream-buffer bytes that are free (not
 //     holding data not yet copied out, nor data still in flight);
 //   - phases never decrease at either end;
-//   - every send completes once, with its full length;
+//   - every send completes once, with its full length (or, once the
+//     connection went, with ECANCELED at the end that closed and ECONNRESET
+//     at the other);
+//   - the close rule: when a recv reports that the peer's stream ended
+//     (end of stream or ECONNRESET), every byte (message) of every send the
+//     peer completed has been delivered; ECONNRESET only after the peer
+//     closed, and the end of stream only after its FIN and every byte;
+//   - EOF marks exactly the recvs that report the end of the stream;
 //   - the engines report no protocol error.
 //
 // Liveness is judged by the caller: Quiescent reports a state with no move
@@ -69,6 +80,8 @@ type Script struct {
 	// DrainLen is the length of the drain recvs posted after Recvs are
 	// used up, while the peer's stream has not ended; 0 means none.
 	DrainLen int
+	// Close lets the application close its endpoint at any point.
+	Close bool
 }
 
 // Config configures a World.
@@ -89,9 +102,11 @@ const (
 	MoveCopy                          // copy out of the stream buffer
 	MoveDeliver                       // deliver the head frame of the channel into this endpoint
 	MoveWriteDone                     // complete this endpoint's oldest write whose data was placed
+	MoveClose                         // the application closes this endpoint
+	MoveLose                          // the frames in flight to this endpoint from its closed peer are lost
 )
 
-var moveNames = [...]string{"", "send", "shutdown", "recv", "drain-recv", "copy", "deliver", "write-done"}
+var moveNames = [...]string{"", "send", "shutdown", "recv", "drain-recv", "copy", "deliver", "write-done", "close", "lose"}
 
 func (k MoveKind) String() string { return moveNames[k] }
 
@@ -130,6 +145,7 @@ type write struct {
 type message struct {
 	frame  dynproto.Frame
 	writes []write
+	gone   bool // not a frame: the sender closed (PeerGone at delivery)
 }
 
 type recvBuf struct {
@@ -164,6 +180,8 @@ type endpoint struct {
 	ringBusy  []bool
 	delivered uint64 // stream bytes (stream) or messages (message) delivered
 	eof       bool
+	closed    bool // the application closed this endpoint
+	reset     bool // a recv reported ECONNRESET
 
 	maxPS, maxPR dynproto.Phase
 }
@@ -251,8 +269,11 @@ func (w *World) Moves(ms []Move) []Move {
 	for i := range w.ep {
 		p := &w.ep[i]
 		e := uint8(i)
-		if p.eng.Dead() {
+		if p.closed {
 			continue
+		}
+		if p.script.Close {
+			ms = append(ms, Move{End: e, Kind: MoveClose})
 		}
 		if p.nextSend < len(p.script.Sends) {
 			if p.script.Sends[p.nextSend] == Choose {
@@ -273,7 +294,7 @@ func (w *World) Moves(ms []Move) []Move {
 			} else {
 				ms = append(ms, Move{End: e, Kind: MoveRecv})
 			}
-		} else if p.script.DrainLen > 0 && !p.eof && p.eng.State().Recvs == 0 {
+		} else if p.script.DrainLen > 0 && !p.eof && !p.reset && p.eng.State().Recvs == 0 {
 			ms = append(ms, Move{End: e, Kind: MoveDrainRecv})
 		}
 		if p.eng.CanCopy() {
@@ -281,6 +302,9 @@ func (w *World) Moves(ms []Move) []Move {
 		}
 		if len(w.ch[i]) > 0 {
 			ms = append(ms, Move{End: e, Kind: MoveDeliver})
+			if len(w.ch[i]) > 1 && w.ch[i][len(w.ch[i])-1].gone {
+				ms = append(ms, Move{End: e, Kind: MoveLose})
+			}
 		}
 		if p.writesDone < p.writesPlaced {
 			ms = append(ms, Move{End: e, Kind: MoveWriteDone})
@@ -343,9 +367,24 @@ func (w *World) Step(m Move) error {
 		acts = p.eng.PostRecv(acts, id, op.Len, op.WaitAll)
 	case MoveCopy:
 		acts = p.eng.Copy(acts)
+	case MoveClose:
+		p.closed = true
+		p.pendingWrite = nil
+		w.ch[i] = nil
+		if !w.ep[1-i].closed {
+			w.ch[1-i] = append(w.ch[1-i], message{gone: true})
+		}
+		acts = p.eng.Abort(acts, syscall.ECANCELED)
+	case MoveLose:
+		w.ch[i] = w.ch[i][:0]
+		acts = p.eng.PeerGone(acts, syscall.ECONNRESET)
 	case MoveDeliver:
 		msg := w.ch[i][0]
 		w.ch[i] = w.ch[i][1:]
+		if msg.gone {
+			acts = p.eng.PeerGone(acts, syscall.ECONNRESET)
+			break
+		}
 		w.place(i, msg.writes)
 		w.ep[1-i].writesPlaced += len(msg.writes)
 		f := msg.frame
@@ -381,9 +420,15 @@ func (w *World) apply(i int, acts []dynproto.Action) {
 		w.trace(i, "%v", a)
 		switch a.Kind {
 		case dynproto.WriteDirect, dynproto.WriteIndirect:
-			if a.ID >= uint64(len(p.sendStarts)) || a.Off < 0 || a.Off+a.Len > p.sendLens[a.ID] || a.Len <= 0 {
+			if a.ID >= uint64(len(p.sendStarts)) || a.Off < 0 || a.Off+a.Len > p.sendLens[a.ID] ||
+				a.Len <= 0 && !(a.Len == 0 && a.Kind == dynproto.WriteDirect && seqpacket && p.sendLens[a.ID] == 0) {
 				w.failf("endpoint %c: write of send %d [%d:+%d] outside the send", 'A'+i, a.ID, a.Off, a.Len)
 				return
+			}
+			if peer.closed {
+				// The closed end's memory is gone: the write never lands,
+				// and its frame (dropped too) never completes it.
+				continue
 			}
 			wr := write{kind: a.Kind, data: make([]byte, a.Len)}
 			for k := range wr.data {
@@ -441,7 +486,9 @@ func (w *World) apply(i int, acts []dynproto.Action) {
 				f.RKey = uint32(a.ID) + 1 // the world's key for recv a.ID
 				f.Addr = 0
 			}
-			w.ch[1-i] = append(w.ch[1-i], message{frame: f, writes: p.pendingWrite})
+			if !peer.closed {
+				w.ch[1-i] = append(w.ch[1-i], message{frame: f, writes: p.pendingWrite})
+			}
 			p.pendingWrite = nil
 		case dynproto.CopyOut:
 			if a.ID >= uint64(len(p.recvs)) {
@@ -516,10 +563,58 @@ func (w *World) sendDone(i int, a dynproto.Action) {
 	switch {
 	case a.Err == nil && a.Len != n:
 		w.failf("endpoint %c: send %d of %d bytes completed with %d", 'A'+i, a.ID, n, a.Len)
+	case a.Err == syscall.ECANCELED && p.closed, a.Err == syscall.ECONNRESET && w.ep[1-i].closed:
+		// The connection went before the send completed.
 	case a.Err != nil && a.Err != syscall.EMSGSIZE:
 		w.failf("endpoint %c: send %d failed: %v", 'A'+i, a.ID, a.Err)
 	case a.Err != nil && w.cfg.Engine[i].Type != dynproto.SeqPacket:
 		w.failf("endpoint %c: send %d failed on a stream: %v", 'A'+i, a.ID, a.Err)
+	}
+}
+
+// completedUnits returns how many units of endpoint i's stream its
+// completed sends cover: bytes (stream) or messages (message mode), up to
+// the last send that completed successfully. Sends complete in order. A
+// message refused as too long completes at its sender before its refusal
+// reaches the receiver, so it counts only when a later send completed (its
+// announcement travelled behind the refusal).
+func (w *World) completedUnits(i int) uint64 {
+	p := &w.ep[i]
+	var n uint64
+	for k, done := range p.sendDone {
+		err := p.sendErr[k]
+		if !done || err != nil && err != syscall.EMSGSIZE {
+			break
+		}
+		if err != nil {
+			continue
+		}
+		if w.cfg.Engine[i].Type == dynproto.SeqPacket {
+			n = uint64(k) + 1
+		} else {
+			n = p.sendStarts[k] + uint64(p.sendLens[k])
+		}
+	}
+	return n
+}
+
+// streamEnded checks the close rule when a recv of endpoint i reports the
+// end of the peer's stream, by FIN (err nil) or by reset.
+func (w *World) streamEnded(i int, a dynproto.Action) {
+	p := &w.ep[i]
+	peer := &w.ep[1-i]
+	if a.Err != nil {
+		if a.Err != syscall.ECONNRESET || !peer.closed && !p.closed {
+			w.failf("endpoint %c: recv %d failed: %v", 'A'+i, a.ID, a.Err)
+			return
+		}
+		if p.closed {
+			return // this end's own close discards what it holds
+		}
+		p.reset = true
+	}
+	if c := w.completedUnits(1 - i); p.delivered < c {
+		w.failf("endpoint %c: recv %d reports the end of the peer's stream (%v) after %d units, but the peer's completed sends hold %d (lost at close)", 'A'+i, a.ID, a.Err, p.delivered, c)
 	}
 }
 
@@ -532,22 +627,30 @@ func (w *World) recvDone(i int, a dynproto.Action) {
 	}
 	r := &p.recvs[a.ID]
 	r.done = true
+	if a.Err == syscall.ECANCELED && p.closed {
+		return // canceled by this end's close
+	}
+	if a.EOF && (a.Err != nil || a.Len != 0) {
+		w.failf("endpoint %c: recv %d marked EOF with (%d, %v)", 'A'+i, a.ID, a.Len, a.Err)
+		return
+	}
 	if w.cfg.Engine[i].Type == dynproto.SeqPacket {
 		w.recvMessage(i, r, a)
 		return
 	}
 	switch {
 	case a.Err != nil:
-		w.failf("endpoint %c: recv %d failed: %v", 'A'+i, a.ID, a.Err)
+		w.streamEnded(i, a)
 		return
 	case a.Len < 0 || a.Len > len(r.data):
 		w.failf("endpoint %c: recv %d of %d bytes completed with %d", 'A'+i, a.ID, len(r.data), a.Len)
 		return
 	case a.Len == 0:
-		if !peer.shut || p.delivered != peer.sentBytes {
-			w.failf("endpoint %c: recv %d reports the end of the stream after %d of %d bytes", 'A'+i, a.ID, p.delivered, peer.sentBytes)
+		if !peer.shut || p.delivered != peer.sentBytes || !a.EOF {
+			w.failf("endpoint %c: recv %d reports the end of the stream after %d of %d bytes (EOF %v)", 'A'+i, a.ID, p.delivered, peer.sentBytes, a.EOF)
 		}
 		p.eof = true
+		w.streamEnded(i, a)
 		return
 	}
 	for k := 0; k < a.Len; k++ {
@@ -566,11 +669,19 @@ func (w *World) recvMessage(i int, r *recvBuf, a dynproto.Action) {
 	p := &w.ep[i]
 	peer := &w.ep[1-i]
 	m := p.delivered
-	if m >= uint64(peer.nextSend) {
-		if peer.shut && a.Err == nil && a.Len == 0 {
-			p.eof = true
-			return
+	if a.Err == syscall.ECONNRESET {
+		w.streamEnded(i, a)
+		return
+	}
+	if a.EOF {
+		if !peer.shut || m != uint64(peer.nextSend) {
+			w.failf("endpoint %c: recv %d reports the end of the stream after %d of %d messages", 'A'+i, a.ID, m, peer.nextSend)
 		}
+		p.eof = true
+		w.streamEnded(i, a)
+		return
+	}
+	if m >= uint64(peer.nextSend) {
 		w.failf("endpoint %c: recv %d completed (%d, %v) with no message sent", 'A'+i, a.ID, a.Len, a.Err)
 		return
 	}
@@ -609,7 +720,10 @@ func (w *World) Quiescent() bool { return len(w.Moves(nil)) == 0 }
 // Finished reports, for a quiescent world, whether everything ended well:
 // every send posted and completed, every byte or message sent was delivered
 // (when the receiving script had room for it), and no frame is in flight.
-// It returns an error describing what is stranded otherwise.
+// Where an endpoint closed, its peer's drain recvs must have seen the end of
+// its stream (end of stream or ECONNRESET) after every unit of its
+// completed sends, and the closed end owes nothing more. It returns an
+// error describing what is stranded otherwise.
 func (w *World) Finished() error {
 	if w.err != nil {
 		return w.err
@@ -622,8 +736,23 @@ func (w *World) Finished() error {
 				return fmt.Errorf("endpoint %c: send %d never completed (deadlock)", 'A'+i, id)
 			}
 		}
+		if len(w.ch[i]) > 0 {
+			return fmt.Errorf("frames still in flight to endpoint %c", 'A'+i)
+		}
+		if p.closed {
+			continue
+		}
 		if p.nextSend < len(p.script.Sends) {
 			return fmt.Errorf("endpoint %c: scripted sends not posted", 'A'+i)
+		}
+		if peer.closed {
+			if p.script.DrainLen > 0 && !p.eof && !p.reset {
+				return fmt.Errorf("endpoint %c: the closed peer's stream never ended (%d units delivered)", 'A'+i, p.delivered)
+			}
+			if c := w.completedUnits(1 - i); p.script.DrainLen > 0 && p.delivered < c {
+				return fmt.Errorf("endpoint %c: %d units delivered, the closed peer completed sends of %d (lost at close)", 'A'+i, p.delivered, c)
+			}
+			continue
 		}
 		if p.script.DrainLen > 0 {
 			var want uint64 = peer.sentBytes
@@ -636,9 +765,6 @@ func (w *World) Finished() error {
 			if peer.script.Shutdown && !p.eof {
 				return fmt.Errorf("endpoint %c: end of stream never reported", 'A'+i)
 			}
-		}
-		if len(w.ch[i]) > 0 {
-			return fmt.Errorf("frames still in flight to endpoint %c", 'A'+i)
 		}
 	}
 	return nil
@@ -688,7 +814,7 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(p.writesPlaced))
 		b = binary.AppendUvarint(b, uint64(p.writesDone))
 		b = binary.AppendUvarint(b, p.delivered)
-		b = append(b, boolByte(p.shut), boolByte(p.eof))
+		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset))
 		for k, d := range p.sendDone {
 			b = append(b, boolByte(d))
 			b = binary.AppendUvarint(b, uint64(p.sendLens[k]))
@@ -707,6 +833,10 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(len(w.ch[i])))
 		var fb [dynproto.FrameSize]byte
 		for _, m := range w.ch[i] {
+			if m.gone {
+				b = append(b, 0xff)
+				continue
+			}
 			m.frame.Encode(fb[:])
 			b = append(b, fb[:]...)
 			b = binary.AppendUvarint(b, uint64(len(m.writes)))

@@ -22,4 +22,6 @@ var All = []Mutant{
 	{"mut_heldneedsdata", "the receiver sets FlagHeld although a recv before the ones it would advertise needs more data from the stream buffer (departure 11)"},
 	{"mut_heldsmall", "the receiver sets FlagHeld for a waiting recv shorter than AdvertMin, which it will never advertise (departure 12)"},
 	{"mut_advertpastsmall", "the receiver advertises the recvs after one shorter than AdvertMin, which waits unadvertised (departure 12)"},
+	{"mut_gonediscards", "when the connection goes, the receiver discards what its stream buffer holds, as a local abort does: bytes whose sends completed are lost"},
+	{"mut_goneeof", "when the connection goes without the peer's FIN, the receiver reports the end of the stream instead of ECONNRESET once its stream buffer is drained"},
 }
