@@ -99,24 +99,25 @@ type conn struct {
 	pendWriteWRs int // write work requests since the last frame
 
 	// The batch of send work requests being built.
-	wrs      []verbs.SendWR
-	sges     []verbs.SGE
-	sgeUsed  int
-	open     int // index in wrs of a WRITE that a contiguous write may extend; -1 if none
-	openKey  mreg.Key
-	openEnd  uint64
-	recvWR   verbs.RecvWR
-	recvSGE  [1]verbs.SGE
-	wcs      []verbs.WC
-	acts     []dynproto.Action
-	backlog  actionFIFO // actions waiting for room in the send queue
-	cmds     []int32
-	shutOps  []int32
-	pending  error // a failure to handle at the next safe point
-	failed   bool  // the queue pair is gone
-	graceful bool  // it went after the connection had ended in order
-	deadErr  error // why the engine was aborted
-	canceled int   // operations completed by the last abort
+	wrs       []verbs.SendWR
+	sges      []verbs.SGE
+	sgeUsed   int
+	open      int // index in wrs of a WRITE that a contiguous write may extend; -1 if none
+	openKey   mreg.Key
+	openEnd   uint64
+	recvWR    verbs.RecvWR
+	recvSGE   [1]verbs.SGE
+	wcs       []verbs.WC
+	acts      []dynproto.Action
+	backlog   actionFIFO // actions waiting for room in the send queue
+	cmds      []int32
+	shutOps   []int32
+	pending   error // a failure to handle at the next safe point
+	failed    bool  // the queue pair is gone
+	graceful  bool  // it went after both ends had shut down (and this end's sends completed)
+	lostSends bool  // it went with sends not complete: they failed, and so do the shutdowns after them
+	deadErr   error // why the engine was aborted, or why the connection went
+	canceled  int   // operations completed by the last abort
 }
 
 // newConn sets up the verbs resources of a connection end of socket s on
@@ -373,7 +374,9 @@ func (c *conn) loop() {
 				c.apply()
 			}
 		}
-		if !c.failed && c.eng.CanCopy() {
+		// After the connection went, the stream buffer still delivers
+		// what arrived (the close rule).
+		if c.eng.CanCopy() {
 			busy = true
 			c.acts = c.eng.Copy(c.acts)
 			c.exec()
@@ -412,7 +415,7 @@ func (c *conn) apply() {
 			s.mu.Unlock()
 			n := 0
 			if !c.eng.Dead() {
-				c.fail(ErrCanceled, false)
+				c.abort(ErrCanceled)
 				c.exec()
 				n = c.canceled
 				n += c.failShutdowns()
@@ -477,6 +480,9 @@ func (c *conn) do(a *dynproto.Action) bool {
 			c.canceled++
 		}
 		s.complete(int32(a.ID), a.Len, a.Err, nil)
+		if a.EOF {
+			s.done[len(s.done)-1].ev.EOF = true
+		}
 	}
 	return true
 }
@@ -484,6 +490,12 @@ func (c *conn) do(a *dynproto.Action) bool {
 // addWrite adds an RDMA WRITE for a write action to the batch, extending
 // the previous WRITE when the bytes continue it.
 func (c *conn) addWrite(a *dynproto.Action) bool {
+	if a.Len == 0 {
+		// An empty message: no work request, but its WriteDone comes
+		// with the frame's completion like any write's.
+		c.pendWrites++
+		return true
+	}
 	o := &c.s.ops[a.ID]
 	key, raddr := mreg.Key(a.RKey), a.Addr
 	if a.Kind == dynproto.WriteIndirect {
@@ -644,9 +656,13 @@ func (c *conn) onWC(wc *verbs.WC) {
 
 // fail ends the connection: the queue pair is destroyed (its work requests
 // flushed, so the provider no longer uses any buffer, and the peer sees
-// the connection go), actions still waiting are carried out as far as they
-// are local, and unless the connection had already ended in order the
-// engine is aborted with err, completing every operation; its actions are
+// the connection go), and actions still waiting are carried out as far as
+// they are local. When the peer ended the connection (disconnect: it
+// closed, reset it or died), the engine keeps what arrived and the recvs
+// still take it, then the end of the stream or err (dynproto's PeerGone:
+// a byte whose send completed at the peer is never lost); otherwise (this
+// end's Close or Cancel, a protocol or transport error) the engine is
+// aborted with err, completing every operation. The engine's actions are
 // appended to c.acts for exec.
 func (c *conn) fail(err error, disconnect bool) {
 	if c.failed {
@@ -657,16 +673,33 @@ func (c *conn) fail(err error, disconnect bool) {
 	c.wrs = c.wrs[:0]
 	c.sgeUsed = 0
 	c.drainBacklog()
-	if disconnect && c.eng.Done() {
-		c.graceful = true
+	c.canceled = 0
+	c.deadErr = err
+	if disconnect {
+		st := c.eng.State()
+		c.graceful = st.FinSent && st.Sends == 0 && st.FinReceived
+		c.lostSends = st.Sends > 0
+		c.acts = c.eng.PeerGone(c.acts, err)
+		return
+	}
+	c.acts = c.eng.Abort(c.acts, err)
+	c.s.log.Debug("connection ended", zap.String("addr", c.s.addr), zap.Error(err))
+}
+
+// abort ends the connection for this end's Close or Cancel: what is still
+// outstanding completes with err, and what the stream buffer holds is
+// discarded, also after the peer ended the connection.
+func (c *conn) abort(err error) {
+	if !c.failed {
+		c.fail(err, false)
+		return
+	}
+	if c.eng.Dead() {
 		return
 	}
 	c.canceled = 0
 	c.deadErr = err
 	c.acts = c.eng.Abort(c.acts, err)
-	if !disconnect {
-		c.s.log.Debug("connection ended", zap.String("addr", c.s.addr), zap.Error(err))
-	}
 }
 
 // checkShutdowns completes the shutdowns whose end of stream has reached
@@ -680,14 +713,16 @@ func (c *conn) checkShutdowns() {
 		c.failShutdowns()
 		return
 	}
-	// A connection that went after both directions had ended (graceful)
-	// may have lost the FIN's completion with it.
+	// A connection that went after both ends had shut down (graceful) may
+	// have lost the FIN's completion with it.
 	reached := c.finSeq != 0 && c.framesDone >= c.finSeq || c.graceful
-	if st := c.eng.State(); st.FinSent && st.Sends == 0 && reached {
+	if st := c.eng.State(); st.FinSent && st.Sends == 0 && reached && !c.lostSends {
 		for _, idx := range c.shutOps {
 			c.s.complete(idx, 0, nil, nil)
 		}
 		c.shutOps = c.shutOps[:0]
+	} else if c.eng.Gone() {
+		c.failShutdowns()
 	}
 }
 
@@ -705,7 +740,7 @@ func (c *conn) failShutdowns() int {
 // close closes the connection for Close or Stack.Close and ends the
 // goroutine.
 func (c *conn) close() {
-	c.fail(errClosedCanceled, false)
+	c.abort(errClosedCanceled)
 	c.exec()
 	if c.deadErr == nil {
 		c.deadErr = errClosedCanceled

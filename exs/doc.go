@@ -53,9 +53,11 @@
 //
 // Sends complete in the order they were posted, and so do recvs. A stream
 // recv completes with 1 to len(buf) bytes, exactly len(buf) with
-// MsgWaitAll, and 0 bytes at the end of the stream (after the peer's
-// Shutdown and every byte before it). A seqpacket send is one message that
-// fills one recv; a message longer than its recv fails both with EMSGSIZE.
+// MsgWaitAll, and 0 bytes with Event.EOF set at the end of the stream
+// (after the peer's Shutdown and every byte before it). A seqpacket send is
+// one message that fills one recv; a message longer than its recv fails
+// both with EMSGSIZE; an empty message completes its recv with N 0 and EOF
+// not set.
 //
 // Sends and recvs may be posted as soon as Connect has been posted: they
 // start when the connection is up, and fail with the connect's error if it
@@ -115,13 +117,28 @@
 //
 // Shutdown ends the sending direction in order: earlier sends complete,
 // then the peer's recvs see the end of the stream. Close cancels what is
-// still outstanding (ECANCELED, also matching ErrClosed), releases the
-// socket and posts EventClose last. If the connection had not ended in
-// order (both ends shut down and every byte received), Close resets it: the
-// peer's outstanding and later operations fail with ECONNRESET. Cancel
-// completes every outstanding operation with ECANCELED; on a connection
-// that resets it too, since a stream cannot skip bytes. Neither Close nor
-// Cancel ever waits for the peer.
+// still outstanding on its own socket (ECANCELED, also matching ErrClosed),
+// discards what that socket has received and not yet handed to a recv,
+// releases the socket and posts EventClose last. Cancel completes every
+// outstanding operation with ECANCELED and ends the connection too, since a
+// stream cannot skip bytes. Neither Close nor Cancel ever waits for the
+// peer.
+//
+// The close rule, as TCP keeps it: a byte whose send completed is never
+// lost because the peer closed. After the peer's Close (or Cancel, or its
+// death), a socket's recvs still get every byte (every message) whose send
+// completed at the peer, in order, and then:
+//   - the end of the stream (N 0, EOF set) if the peer's Shutdown had
+//     completed before it closed;
+//   - otherwise ECONNRESET, and on a stream a recv that holds bytes
+//     completes with them first (a short MsgWaitAll recv).
+//
+// Every later recv completes the same way. Sends and shutdowns not yet
+// complete fail with ECONNRESET, and so do later sends. Only the socket's
+// own Close or Cancel discards what it has not received. The orderly end of
+// a connection is therefore: each side shuts down after its last send, and
+// closes once its recvs have seen the peer's end of stream (and its own
+// sends and shutdown have completed).
 //
 // # Queues
 //

@@ -62,10 +62,15 @@ type Event struct {
 	N int
 	// Err is nil on success, otherwise an *OpError whose cause keeps its
 	// errno: ECONNRESET, ECONNABORTED, ECANCELED, EPIPE, EMSGSIZE,
-	// ECONNREFUSED (test with errors.Is).
+	// ECONNREFUSED, ETIMEDOUT (test with errors.Is).
 	Err error
 	// Accepted is the new socket of a successful accept.
 	Accepted *Socket
+	// EOF marks a recv that met the end of the peer's stream: N is 0, Err
+	// is nil, and no byte or message follows (every later recv completes
+	// so too). It tells the end of a seqpacket stream from an empty
+	// message, which also completes with N 0.
+	EOF bool
 }
 
 // Queue is an event queue: operations post their events to it, the

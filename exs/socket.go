@@ -368,10 +368,13 @@ func (s *Socket) Send(q *Queue, buf []byte, mh *MHandle, flags Flags, user any) 
 //
 // The recv completes with an EventRecv: on a stream socket N is 1 to
 // len(buf) bytes (len(buf) with MsgWaitAll, unless the stream ends), and 0
-// at the end of the stream (the peer shut down and every byte before was
-// received); on a seqpacket socket N is the length of the message, and the
-// recv fails with an error matching EMSGSIZE if the message was longer than
-// buf. buf must not be read or written until the event is posted.
+// with Event.EOF set at the end of the stream (the peer shut down and every
+// byte before was received); on a seqpacket socket N is the length of the
+// message (0 for an empty message, EOF then tells the end of the stream
+// apart), and the recv fails with an error matching EMSGSIZE if the message
+// was longer than buf. After the peer closed without shutting down, recvs
+// get what arrived, then ECONNRESET. buf must not be read or written until
+// the event is posted.
 func (s *Socket) Recv(q *Queue, buf []byte, mh *MHandle, flags Flags, user any) error {
 	return s.postData(opRecv, q, buf, mh, flags, user)
 }
@@ -443,9 +446,11 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 // Shutdown posts a shutdown of the sending direction (SHUT_WR): the sends
 // posted before it are still carried out, then the peer's recvs see the end
 // of the stream. It completes with an EventShutdown once every earlier send
-// has completed and the end of the stream has reached the peer (so that a
-// Close after it cannot overtake it, whatever the provider). Sends posted
-// afterwards fail with an error matching EPIPE. Recvs are not affected.
+// has completed and the end of the stream has reached the peer, so that a
+// Close after it cannot overtake it, whatever the provider: the peer then
+// sees every byte and the end of the stream, not ECONNRESET. It fails with
+// ECONNRESET if the connection goes first. Sends posted afterwards fail
+// with an error matching EPIPE. Recvs are not affected.
 func (s *Socket) Shutdown(q *Queue, user any) error {
 	if err := s.checkQueue(q); err != nil {
 		return opErr("shutdown", "", err)
@@ -514,11 +519,13 @@ func (s *Socket) Cancel(q *Queue, user any) error {
 }
 
 // Close posts a close of the socket. Every operation still outstanding
-// completes with an error matching ErrCanceled and ErrClosed; a listening
-// socket stops listening; a connection that has not ended in order (both
-// ends shut down and every byte received) is reset, so that the peer's
-// operations fail with ECONNRESET. Then the socket's resources are
-// released, its goroutine ends, and the close completes with an
+// completes with an error matching ErrCanceled and ErrClosed, and what the
+// socket received and no recv has taken is discarded; a listening socket
+// stops listening. The peer loses nothing whose send completed here: its
+// recvs still get those bytes, then the end of the stream if this
+// socket's Shutdown completed before the Close, or ECONNRESET if not (the
+// close rule, in the package documentation). Then the socket's resources
+// are released, its goroutine ends, and the close completes with an
 // EventClose, the last event the socket posts. For an orderly end, shut
 // down and wait for the peer's end of stream first. Close does not block,
 // and never waits for the peer. Any other call on the socket then fails
