@@ -189,7 +189,7 @@ func TestProviderScheme(t *testing.T) {
 	if err := ln.Bind("alt:" + name); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	if got := ln.Addr(); got != "alt:"+name {

@@ -247,7 +247,7 @@ func TestSocketStateErrors(t *testing.T) {
 	checkErr(t, "recv unconnected", s.Recv(q, buf, nil, 0, nil), "recv", exs.ErrNotConnected)
 	checkErr(t, "shutdown unconnected", s.Shutdown(q, nil), "shutdown", exs.ErrNotConnected)
 	checkErr(t, "accept not listening", s.Accept(q, nil), "accept", exs.ErrInvalid)
-	checkErr(t, "listen unbound", s.Listen(), "listen", exs.ErrInvalid)
+	checkErr(t, "listen unbound", s.Listen(0), "listen", exs.ErrInvalid)
 	checkErr(t, "nil queue", s.Close(nil, nil), "close", exs.ErrInvalid)
 	checkErr(t, "queue of another stack", s.Close(other, nil), "close", exs.ErrInvalid)
 	checkErr(t, "bind empty", s.Bind(""), "bind", exs.ErrInvalid)
@@ -268,14 +268,14 @@ func TestSocketStateErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkErr(t, "bind twice", s.Bind(addr), "bind", exs.ErrInvalid)
-	if err := s.Listen(); err != nil {
+	if err := s.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	s2, _ := st.Socket(exs.SockStream)
 	if err := s2.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	checkErr(t, "listen on a taken address", s2.Listen(), "listen", syscall.EADDRINUSE)
+	checkErr(t, "listen on a taken address", s2.Listen(0), "listen", syscall.EADDRINUSE)
 	checkErr(t, "connect a listening socket", s.Connect(q, addr, nil), "connect", exs.ErrInvalid, syscall.EISCONN)
 	checkErr(t, "send on a listening socket", s.Send(q, buf, nil, 0, nil), "send", exs.ErrNotConnected)
 

@@ -269,7 +269,7 @@ func TestCloseWhileFinishing(t *testing.T) {
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	// No accept is posted: the connect waits until canceled.

@@ -296,23 +296,38 @@ func (s *Socket) dial(c *conn) error {
 		s.mu.Unlock()
 		return err
 	}
+	base := s.connCtx
 	ctx, cancel := context.WithCancel(context.Background())
 	s.interrupt = cancel
 	s.mu.Unlock()
+	// The connect's limits: the socket's time limit, and the context of
+	// ConnectContext, whose end is copied into ctx.
+	tctx, tcancel := context.WithTimeout(ctx, s.cfg.connTime)
+	stop := context.AfterFunc(base, tcancel)
 
-	reply, err := c.qp.Connect(ctx, s.addr, c.local.encode())
+	reply, err := c.qp.Connect(tctx, s.addr, c.local.encode())
 
+	stop()
 	s.mu.Lock()
 	s.interrupt = nil
 	cerr := s.cancelErrLocked()
 	s.mu.Unlock()
 	interrupted := ctx.Err() != nil
+	limit := errors.Is(tctx.Err(), context.DeadlineExceeded) && base.Err() == nil
+	baseErr := base.Err()
+	tcancel()
 	cancel()
 	if err != nil {
 		var rej *verbs.RejectError
 		switch {
 		case interrupted:
 			return cerr
+		case limit:
+			return fmt.Errorf("%w: no accept within %v", ErrTimedOut, s.cfg.connTime)
+		case errors.Is(baseErr, context.DeadlineExceeded):
+			return fmt.Errorf("%w: the context's deadline passed", ErrTimedOut)
+		case baseErr != nil:
+			return fmt.Errorf("%w: the context was canceled", ErrCanceled)
 		case errors.As(err, &rej):
 			if h, derr := decodeHello(rej.PrivateData); derr == nil && h.reason != rejectNone {
 				return mismatchError(h.reason, &c.local, &h)

@@ -18,7 +18,7 @@
 //
 //	ln, _ := st.Socket(exs.SockStream)
 //	ln.Bind("inproc:echo")
-//	ln.Listen()
+//	ln.Listen(0)
 //	ln.Accept(q, "accept")            // completes with an EventAccept
 //
 //	c, _ := st.Socket(exs.SockStream)
@@ -103,9 +103,20 @@
 // At connection set-up the two ends exchange their protocol parameters in
 // the connection's private data: version, protocol mode, socket type,
 // stream buffer (key, address, size) and number of frame buffers. A
-// listening socket refuses a request whose version, mode or type differs
-// from its own; the connect then fails with an error matching ErrMismatch
-// (and ECONNREFUSED) that names both values, and the accept stays posted.
+// listening socket looks at each request as it arrives, accept posted or
+// not, and refuses at once one whose version, mode or type differs from its
+// own; the connect then fails with an error matching ErrMismatch (and
+// ECONNREFUSED) that names both values, and an accept posted stays posted.
+// Matching requests wait for an accept, up to Listen's backlog; one beyond
+// it is refused (ECONNREFUSED).
+//
+// "Connected" means what rdma_cm means by it, not what TCP does: a connect
+// completes when the listening application's accept takes the request (the
+// connection's resources are set up then), not when the request enters the
+// listener's backlog. Nothing waits forever on a peer: a connect that no
+// accept takes within its time limit (WithConnectTimeout, 5 seconds by
+// default; ConnectContext for one connect) fails with ErrTimedOut
+// (ETIMEDOUT).
 //
 // The protocol mode (WithMode) is ModeDynamic (the default: direct when the
 // receiver has advertised a recv, else through the stream buffer),

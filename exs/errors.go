@@ -1,6 +1,8 @@
 package exs
 
 import (
+	"errors"
+	"os"
 	"strings"
 	"syscall"
 
@@ -55,6 +57,13 @@ var (
 	// an error that matches ErrClosed as well.
 	ErrCanceled error = &errnoError{msg: "exs: operation canceled", errno: syscall.ECANCELED}
 
+	// ErrTimedOut reports a connect that did not complete within its time
+	// limit (WithConnectTimeout, or the deadline of ConnectContext's
+	// context), as rdma_cm's and TCP's connect do. It matches
+	// syscall.ETIMEDOUT and os.ErrDeadlineExceeded, and its OpError's
+	// Timeout reports true.
+	ErrTimedOut error = &errnoError{msg: "exs: connection timed out", errno: syscall.ETIMEDOUT, is: []error{os.ErrDeadlineExceeded}, timeout: true}
+
 	// ErrConnReset reports an operation that failed because the peer
 	// closed or canceled the connection before it had ended in order. It
 	// matches syscall.ECONNRESET.
@@ -86,12 +95,16 @@ var (
 // errnoError is an error that stands for an errno (and possibly other
 // sentinels): errors.Is holds for each of them.
 type errnoError struct {
-	msg   string
-	errno syscall.Errno
-	is    []error
+	msg     string
+	errno   syscall.Errno
+	is      []error
+	timeout bool
 }
 
 func (e *errnoError) Error() string { return e.msg }
+
+// Timeout reports whether the error is a timeout (as net.Error's does).
+func (e *errnoError) Timeout() bool { return e.timeout }
 
 // Is reports whether target is the errno or one of the sentinels e stands
 // for.
@@ -142,10 +155,11 @@ func (e *OpError) Error() string {
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
-// Timeout reports whether the error is a timeout.
+// Timeout reports whether the error is a timeout: a Dequeue that timed
+// out, a connect past its time limit.
 func (e *OpError) Timeout() bool {
-	t, ok := e.Err.(interface{ Timeout() bool })
-	return ok && t.Timeout()
+	var t interface{ Timeout() bool }
+	return errors.As(e.Err, &t) && t.Timeout()
 }
 
 // opErr wraps err for the boundary, unless it is nil.

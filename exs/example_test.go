@@ -32,7 +32,7 @@ func Example_echo() {
 	if err := ln.Bind("inproc:example-echo"); err != nil {
 		log.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		log.Fatal(err)
 	}
 	if err := ln.Accept(q, "accept"); err != nil {
@@ -108,7 +108,7 @@ func Example_zeroCopy() {
 	if err := ln.Bind("inproc:example-zero-copy"); err != nil {
 		log.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		log.Fatal(err)
 	}
 	if err := ln.Accept(q, "accept"); err != nil {

@@ -379,7 +379,7 @@ func TestCancelAccept(t *testing.T) {
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"a1", "a2"} {
@@ -420,7 +420,7 @@ func TestCancelConnect(t *testing.T) {
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	// No accept is posted: the connect waits.
@@ -499,7 +499,7 @@ func TestConnectMismatch(t *testing.T) {
 			if err := ln.Bind(addr); err != nil {
 				t.Fatal(err)
 			}
-			if err := ln.Listen(); err != nil {
+			if err := ln.Listen(0); err != nil {
 				t.Fatal(err)
 			}
 			if err := ln.Accept(q, "accept"); err != nil {
@@ -584,7 +584,7 @@ func TestStackCloseWithEverythingPosted(t *testing.T) {
 	ln2, _ := st.Socket(exs.SockStream)
 	addr := testAddr(t)
 	ln2.Bind(addr)
-	ln2.Listen()
+	ln2.Listen(0)
 	if err := pending.Connect(p.q, addr, "connect"); err != nil {
 		t.Fatal(err)
 	}

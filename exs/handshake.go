@@ -41,10 +41,12 @@ const (
 	rejectType                  // different socket type
 	rejectBad                   // malformed request
 	rejectResource              // the passive end could not set up the connection
+	rejectBacklog               // the listener's backlog is full
+	rejectClosed                // the listener closed with the request waiting
 	rejectEnd
 )
 
-var reasonText = [...]string{"", "protocol version", "protocol mode", "socket type", "malformed request", "no resources"}
+var reasonText = [...]string{"", "protocol version", "protocol mode", "socket type", "malformed request", "no resources", "backlog full", "listener closed"}
 
 var errHello = errors.New("exs: malformed connection parameters")
 

@@ -135,7 +135,7 @@ func TestHostilePeer(t *testing.T) {
 			if err := ln.Bind("inproc:victim"); err != nil {
 				t.Fatal(err)
 			}
-			if err := ln.Listen(); err != nil {
+			if err := ln.Listen(0); err != nil {
 				t.Fatal(err)
 			}
 			if err := ln.Accept(q, "accept"); err != nil {
@@ -186,7 +186,7 @@ func TestHostileHandshake(t *testing.T) {
 	if err := ln.Bind("inproc:picky"); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	if err := ln.Accept(q, "accept"); err != nil {

@@ -9,12 +9,21 @@ import (
 	"github.com/exsgo/exs/verbs"
 )
 
+// pendingReq is a connection request that matched the listening socket
+// and waits for an accept.
+type pendingReq struct {
+	req  *verbs.ConnRequest
+	peer hello
+}
+
 // acceptLoop serves a listening socket: it takes connection requests from
-// the verbs listener while accepts are posted, and completes them with new
-// connected sockets. It returns once the socket is closed (or the listener
-// broke).
+// the verbs listener as they come, refuses at once those that do not match
+// the socket or find its backlog full, keeps the others until accepts are
+// posted, and completes the accepts with new connected sockets. It returns
+// once the socket is closed (or the listener broke).
 func (s *Socket) acceptLoop(l *verbs.Listener) {
 	var accepts []int32 // posted accepts, oldest first
+	var waiting []pendingReq
 	var cmds []int32
 	var lerr error // why the listener broke
 	for {
@@ -39,10 +48,21 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 		if closing {
 			break
 		}
-		if len(accepts) == 0 {
-			s.sleep()
-			continue
+		// Waiting requests first, oldest first; one whose connect gave
+		// up fails its accept here, and the next is tried.
+		for len(accepts) > 0 && len(waiting) > 0 {
+			p := waiting[0]
+			waiting[0] = pendingReq{}
+			waiting = waiting[1:]
+			ns, err := s.acceptConn(p.req, &p.peer)
+			if err != nil {
+				s.log.Debug("accept failed", zap.String("addr", s.addr), zap.Error(err))
+				continue
+			}
+			s.complete(accepts[0], 0, nil, ns)
+			accepts = accepts[1:]
 		}
+		s.flushDone()
 
 		// Wait for a request, unless a command arrives.
 		s.mu.Lock()
@@ -67,16 +87,22 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 			s.log.Warn("listener failed", zap.String("addr", s.addr), zap.Error(err))
 			break
 		}
-		ns, err := s.acceptConn(req)
+		peer, err := s.checkRequest(req)
 		if err != nil {
 			s.log.Debug("connection refused", zap.String("addr", s.addr), zap.Error(err))
 			continue
 		}
-		s.complete(accepts[0], 0, nil, ns)
-		accepts = accepts[1:]
-		s.flushDone()
+		if len(waiting) >= s.backlog {
+			s.reject(req, rejectBacklog)
+			s.log.Debug("connection refused: backlog full", zap.String("addr", s.addr), zap.Int("backlog", s.backlog))
+			continue
+		}
+		waiting = append(waiting, pendingReq{req, peer})
 	}
 	l.Close()
+	for _, p := range waiting {
+		s.reject(p.req, rejectClosed)
+	}
 	var err error = errClosedCanceled
 	if lerr != nil {
 		err = fmt.Errorf("%w: %w", ErrConnAborted, lerr)
@@ -88,35 +114,41 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 	s.finish(err, 0)
 }
 
-// acceptConn checks a connection request, and if it matches the listening
-// socket sets up the new connected socket and starts its goroutine.
-func (s *Socket) acceptConn(req *verbs.ConnRequest) (*Socket, error) {
+// reject refuses req for reason r.
+func (s *Socket) reject(req *verbs.ConnRequest, r rejectReason) {
+	rej := hello{version: helloVersion, mode: s.cfg.mode, typ: s.typ, frames: uint16(s.cfg.frames), reason: r}
+	req.Reject(rej.encode())
+}
+
+// checkRequest reads a connection request's parameters and refuses it at
+// once if they are malformed or do not match the listening socket's.
+func (s *Socket) checkRequest(req *verbs.ConnRequest) (hello, error) {
 	local := hello{version: helloVersion, mode: s.cfg.mode, typ: s.typ, frames: uint16(s.cfg.frames)}
 	peer, err := decodeHello(req.PrivateData())
 	if err != nil {
-		rej := local
-		rej.reason = rejectBad
-		req.Reject(rej.encode())
-		return nil, err
+		s.reject(req, rejectBad)
+		return peer, err
 	}
 	if r := local.match(&peer); r != rejectNone {
-		rej := local
-		rej.reason = r
-		req.Reject(rej.encode())
-		return nil, mismatchError(r, &local, &peer)
+		s.reject(req, r)
+		return peer, mismatchError(r, &local, &peer)
 	}
+	return peer, nil
+}
+
+// acceptConn sets up the new connected socket for a request that matched
+// the listening socket (peer: its parameters) and starts its goroutine.
+func (s *Socket) acceptConn(req *verbs.ConnRequest, peer *hello) (*Socket, error) {
 	ns := newSocket(s.st, s.typ, s.cfg)
 	ns.state, ns.addr, ns.dev, ns.running = sockConnected, s.addr, s.dev, true
 	c, err := newConn(ns, s.dev)
 	if err == nil {
-		if err = c.start(&peer); err != nil {
+		if err = c.start(peer); err != nil {
 			c.destroy()
 		}
 	}
 	if err != nil {
-		rej := local
-		rej.reason = rejectResource
-		req.Reject(rej.encode())
+		s.reject(req, rejectResource)
 		return nil, err
 	}
 	if err := req.Accept(c.qp, c.local.encode()); err != nil {

@@ -121,7 +121,7 @@ func connectOn(t testing.TB, a, b *exs.Stack, typ exs.SockType, opts ...exs.Opti
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	if err := ln.Accept(p.q, "accept"); err != nil {

@@ -149,6 +149,12 @@ const (
 	DefaultMaxRecvs = 64
 	// DefaultSpinTime is how long WaitAdaptive spins by default.
 	DefaultSpinTime = eventq.DefaultSpinTime
+	// DefaultConnectTimeout is how long a connect waits for the listening
+	// socket's accept by default (WithConnectTimeout).
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultBacklog is the backlog of Listen(0): how many connection
+	// requests wait for an accept.
+	DefaultBacklog = 128
 
 	// MaxStreamBuffer is the largest stream buffer.
 	MaxStreamBuffer = 1 << 30
@@ -158,6 +164,8 @@ const (
 	MaxOutstanding = 1 << 16
 	// MaxTransfer is the largest buffer one send or recv may take.
 	MaxTransfer = 1 << 30
+	// MaxBacklog is the largest backlog of Listen.
+	MaxBacklog = 1 << 16
 )
 
 // Option configures a Stack (NewStack), a Socket (Stack.Socket) or a
@@ -225,6 +233,7 @@ type config struct {
 	maxRecvs  int
 	wait      WaitMode
 	spin      time.Duration
+	connTime  time.Duration
 }
 
 func defaultConfig() config {
@@ -237,6 +246,7 @@ func defaultConfig() config {
 		maxRecvs:  DefaultMaxRecvs,
 		wait:      WaitAdaptive,
 		spin:      DefaultSpinTime,
+		connTime:  DefaultConnectTimeout,
 	}
 }
 
@@ -377,6 +387,22 @@ func WithSpinTime(d time.Duration) Option {
 			d = DefaultSpinTime
 		}
 		c.spin = d
+		return nil
+	}}
+}
+
+// WithConnectTimeout sets how long a connect may take, from its post to the
+// listening socket's accept: a connect not complete by then completes with
+// an error matching ErrTimedOut (ETIMEDOUT). d must be positive
+// (DefaultConnectTimeout by default): nothing waits forever on a peer.
+// ConnectContext's context can shorten it for one connect. It applies to
+// NewStack and Socket.
+func WithConnectTimeout(d time.Duration) Option {
+	return option{"WithConnectTimeout", scopeStack | scopeSocket, func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: connect timeout %v, want a positive duration", ErrInvalid, d)
+		}
+		c.connTime = d
 		return nil
 	}}
 }

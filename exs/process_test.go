@@ -77,7 +77,7 @@ func servePeer(dir string, stall bool) error {
 				err = ln.Bind(peerAddr(dir, typ, mode))
 			}
 			if err == nil {
-				err = ln.Listen()
+				err = ln.Listen(0)
 			}
 			if err == nil {
 				err = ln.Accept(q, nil)

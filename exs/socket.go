@@ -144,6 +144,8 @@ type Socket struct {
 	closeUser any
 	cancelReq bool               // a cancel waits to be handled
 	interrupt context.CancelFunc // interrupts a blocking connect or accept
+	connCtx   context.Context    // bounds the connect (ConnectContext)
+	backlog   int                // connection requests that may wait for an accept
 	ops       []op
 	free      []int32
 	cmds      []int32 // operations posted, not yet taken by the goroutine
@@ -242,11 +244,26 @@ func (s *Socket) Bind(addr string) error {
 }
 
 // Listen makes a bound socket listen for connections, which Accept then
-// takes. Connection requests are queued by the provider (the in-process
-// provider queues up to inproc.Backlog) until an accept is posted. It
-// returns an error matching syscall.EADDRINUSE if another socket listens
-// on the address.
-func (s *Socket) Listen() error {
+// takes. A connection request is examined as soon as it arrives, accept
+// posted or not: one whose protocol version, mode or socket type differ
+// from the socket's is refused at once (its connect fails with
+// ErrMismatch). The others wait for an accept, at most backlog of them
+// (0 means DefaultBacklog; at most MaxBacklog), in the order they came; a
+// request beyond that is refused at once (its connect fails with
+// ECONNREFUSED), as listen(2)'s backlog does. A connect completes only when
+// an accept takes its request (the meaning rdma_cm gives "connected", not
+// TCP's, whose connect completes when the request enters the backlog): the
+// connection's resources are set up then. A request waits at most its
+// connect's time limit (WithConnectTimeout); an accept that finds its
+// connect gone takes the next. Listen returns an error matching
+// syscall.EADDRINUSE if another socket listens on the address.
+func (s *Socket) Listen(backlog int) error {
+	if backlog < 0 || backlog > MaxBacklog {
+		return opErr("listen", s.Addr(), fmt.Errorf("%w: backlog %d, want 0 to %d", ErrInvalid, backlog, MaxBacklog))
+	}
+	if backlog == 0 {
+		backlog = DefaultBacklog
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.state {
@@ -264,7 +281,7 @@ func (s *Socket) Listen() error {
 		l.Close()
 		return opErr("listen", s.addr, ErrClosed)
 	}
-	s.state, s.running = sockListening, true
+	s.state, s.running, s.backlog = sockListening, true, backlog
 	s.log.Debug("listening", zap.String("addr", s.addr))
 	return nil
 }
@@ -294,18 +311,37 @@ func (s *Socket) Accept(q *Queue, user any) error {
 	}
 	s.nacc++
 	s.pushLocked(op{kind: opAccept, q: q, user: user})
+	if s.interrupt != nil {
+		// The goroutine waits for the next request: requests already
+		// waiting are for this accept.
+		s.interrupt()
+	}
 	return nil
 }
 
 // Connect posts a connect of a new (or bound) socket to the listening
 // socket at addr. The connection is set up in the background; the connect
-// completes with an EventConnect, whose error (if any) matches
-// syscall.ECONNREFUSED when no socket listens at addr or the listening
-// socket refused, and also ErrMismatch when the two ends' protocol mode,
-// socket type or version differ. Sends, recvs and a shutdown may be posted
-// at once: they start when the connection is up, and fail with the
-// connect's error if it fails.
+// completes with an EventConnect once the listening socket's accept took
+// it (see Listen), or with an error: matching syscall.ECONNREFUSED when no
+// socket listens at addr or the listening socket refused (its backlog is
+// full, or, matching ErrMismatch too, the two ends' protocol mode, socket
+// type or version differ), and ErrTimedOut (ETIMEDOUT) when no accept took
+// it within the socket's connect time limit (WithConnectTimeout). Sends,
+// recvs and a shutdown may be posted at once: they start when the
+// connection is up, and fail with the connect's error if it fails.
 func (s *Socket) Connect(q *Queue, addr string, user any) error {
+	return s.ConnectContext(context.Background(), q, addr, user)
+}
+
+// ConnectContext is Connect with a context that bounds the connection's
+// set-up: if ctx ends before the connect completes, the connect completes
+// with ErrTimedOut (ctx's deadline passed) or ErrCanceled (ctx was
+// canceled). The socket's connect time limit applies too. Once the
+// connection is up, ctx has no effect on it.
+func (s *Socket) ConnectContext(ctx context.Context, q *Queue, addr string, user any) error {
+	if ctx == nil {
+		return opErr("connect", addr, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
 	if err := s.checkQueue(q); err != nil {
 		return opErr("connect", addr, err)
 	}
@@ -332,7 +368,7 @@ func (s *Socket) Connect(q *Queue, addr string, user any) error {
 	s.ops[idx] = op{kind: opConnect, q: q, user: user}
 	s.nctl++
 	prev := s.state
-	s.state, s.addr, s.dev, s.running = sockConnecting, full, d, true
+	s.state, s.addr, s.dev, s.running, s.connCtx = sockConnecting, full, d, true, ctx
 	if !s.st.spawn(func() { s.connectLoop(idx) }) {
 		s.state, s.running = prev, false
 		s.ops[idx] = op{}

@@ -124,7 +124,7 @@ func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
 		err = ln.Bind(addr)
 	}
 	if err == nil {
-		err = ln.Listen()
+		err = ln.Listen(0)
 	}
 	if err != nil {
 		st.Close()

@@ -146,7 +146,7 @@ func exsListen(st *exs.Stack, addr string) (*exs.Socket, error) {
 	if err := ls.Bind(addr); err != nil {
 		return nil, err
 	}
-	if err := ls.Listen(); err != nil {
+	if err := ls.Listen(0); err != nil {
 		return nil, err
 	}
 	return ls, nil

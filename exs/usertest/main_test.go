@@ -120,7 +120,7 @@ func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr st
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := ln.Listen(); err != nil {
+	if err := ln.Listen(0); err != nil {
 		t.Fatal(err)
 	}
 	return ln
