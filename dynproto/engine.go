@@ -141,10 +141,10 @@ func (c *Config) check() error {
 
 var (
 	// ErrConfig reports an invalid Config.
-	ErrConfig = errors.New("exs: invalid protocol configuration")
+	ErrConfig = errors.New("invalid protocol configuration")
 	// ErrProtocol reports a frame that breaks the protocol: the peer is
 	// faulty or hostile. It matches syscall.EPROTO with errors.Is.
-	ErrProtocol error = errnoError{"exs: protocol violation", syscall.EPROTO}
+	ErrProtocol error = errnoError{"protocol violation", syscall.EPROTO}
 )
 
 type errnoError struct {

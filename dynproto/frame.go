@@ -101,7 +101,7 @@ type Frame struct {
 }
 
 // ErrFrame reports a frame that cannot be decoded.
-var ErrFrame = errors.New("exs: malformed protocol frame")
+var ErrFrame = errors.New("malformed protocol frame")
 
 // Encode writes f into b, which must hold at least FrameSize bytes. The
 // layout (big-endian, 48 bytes):

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/exsgo/exs/internal/errno"
 )
 
 // Errors returned by this package. Compare with errors.Is: functions that
@@ -13,13 +15,14 @@ var (
 	// ErrClosed reports an operation on a closed queue: Post, PostBatch,
 	// PostReserved, Reserve and a second Close, and a dequeue or Wait on a
 	// queue that is closed and empty. Waiters blocked when Close is called
-	// return it once the queue is drained.
-	ErrClosed = errors.New("exs: closed")
+	// return it once the queue is drained. It is the closed error every
+	// layer of exs shares, and it matches net.ErrClosed.
+	ErrClosed error = errno.Closed
 
 	// ErrFull reports a Post or PostBatch that found no free unreserved
 	// slot, or a Reserve asking for more slots than are free. Nothing was
 	// dropped: the events that did not fit were not queued.
-	ErrFull = errors.New("exs: event queue full")
+	ErrFull = errors.New("event queue full")
 
 	// ErrTimeout reports that Dequeue's timeout expired before the minimum
 	// number of events was queued. It also satisfies
@@ -30,8 +33,9 @@ var (
 	// ErrInvalid reports a bad argument: a depth <= 0, an unknown wait
 	// mode, a negative spin time, a negative min or one larger than the
 	// events slice, a negative reservation, a nil context, or PostReserved
-	// without a reservation.
-	ErrInvalid = errors.New("exs: invalid argument")
+	// without a reservation. It is the invalid-argument error every layer
+	// of exs shares, and it matches syscall.EINVAL.
+	ErrInvalid error = errno.Invalid
 )
 
 // errNoReservation is returned by PostReserved when no reservation is held.
@@ -40,7 +44,7 @@ var errNoReservation = fmt.Errorf("%w: PostReserved without a reservation", ErrI
 // timeoutError is the type of ErrTimeout.
 type timeoutError struct{}
 
-func (timeoutError) Error() string { return "exs: event queue wait timed out" }
+func (timeoutError) Error() string { return "event queue wait timed out" }
 
 // Timeout reports true: the error is a timeout (net.Error convention).
 func (timeoutError) Timeout() bool { return true }
@@ -51,5 +55,5 @@ func (timeoutError) Is(target error) bool { return target == os.ErrDeadlineExcee
 // ctxError wraps the error of a done context so that errors.Is against
 // context.Canceled or context.DeadlineExceeded holds.
 func ctxError(ctx context.Context) error {
-	return fmt.Errorf("exs: event queue wait: %w", ctx.Err())
+	return fmt.Errorf("event queue wait: %w", ctx.Err())
 }

@@ -82,6 +82,10 @@ func runModel(t *testing.T, depth int, ops []byte) {
 				}
 				n, err = q.Dequeue(evs, mn, 0)
 				switch {
+				case mn > depth:
+					// A minimum the queue can never hold: refused,
+					// nothing moved.
+					w, wn = ErrInvalid, 0
 				case m.closed && len(m.events) == 0:
 					w = ErrClosed
 				case !m.closed && len(m.events) < mn:

@@ -174,6 +174,17 @@ func (q *Queue[T]) PostBatch(evs []T) (int, error) {
 	return k, nil
 }
 
+// checkMin checks a dequeue's minimum count.
+func (q *Queue[T]) checkMin(events []T, min int) error {
+	switch {
+	case min < 0 || min > len(events):
+		return fmt.Errorf("%w: min %d, want 0 to len(events) = %d", ErrInvalid, min, len(events))
+	case min > q.Cap():
+		return fmt.Errorf("%w: min %d, more than the queue's depth %d: it would never be met", ErrInvalid, min, q.Cap())
+	}
+	return nil
+}
+
 // Reserve sets aside n free slots for n later calls of PostReserved, which
 // then cannot fail with ErrFull. It returns ErrFull, reserving nothing, if
 // Len()+Reserved()+n > Cap(); ErrInvalid if n < 0; ErrClosed after Close.
@@ -192,7 +203,7 @@ func (q *Queue[T]) PostBatch(evs []T) (int, error) {
 // post their event.
 func (q *Queue[T]) Reserve(n int) error {
 	if n < 0 {
-		return ErrInvalid
+		return fmt.Errorf("%w: reserve %d slots", ErrInvalid, n)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -272,10 +283,11 @@ func (q *Queue[T]) TryDequeue(events []T) int {
 // than min events queued it moves those and returns ErrTimeout at once.
 // min == 0 is a poll that never fails with ErrTimeout. How Dequeue waits is
 // set by the queue's WaitMode. It returns ErrInvalid, moving nothing, if
-// min < 0 or min > len(events).
+// min < 0, min > len(events), or min > Cap() (the queue could never hold
+// that many events).
 func (q *Queue[T]) Dequeue(events []T, min int, timeout time.Duration) (int, error) {
-	if min < 0 || min > len(events) {
-		return 0, ErrInvalid
+	if err := q.checkMin(events, min); err != nil {
+		return 0, err
 	}
 	q.mu.Lock()
 	if k, ok, err := q.tryLocked(events, min, false); ok {
@@ -300,10 +312,14 @@ func (q *Queue[T]) Dequeue(events []T, min int, timeout time.Duration) (int, err
 // fewer than min) and returns an error that wraps ctx.Err(), so
 // errors.Is(err, context.Canceled) or errors.Is(err,
 // context.DeadlineExceeded) holds. If min events are already queued it
-// returns them even when ctx is done. A nil ctx is ErrInvalid.
+// returns them even when ctx is done. A nil ctx is ErrInvalid, and so are
+// the min Dequeue refuses.
 func (q *Queue[T]) DequeueContext(ctx context.Context, events []T, min int) (int, error) {
-	if ctx == nil || min < 0 || min > len(events) {
-		return 0, ErrInvalid
+	if ctx == nil {
+		return 0, fmt.Errorf("%w: nil context", ErrInvalid)
+	}
+	if err := q.checkMin(events, min); err != nil {
+		return 0, err
 	}
 	q.mu.Lock()
 	if k, ok, err := q.tryLocked(events, min, false); ok {
@@ -323,7 +339,7 @@ func (q *Queue[T]) DequeueContext(ctx context.Context, events []T, min int) (int
 // nil ctx is ErrInvalid.
 func (q *Queue[T]) Wait(ctx context.Context) error {
 	if ctx == nil {
-		return ErrInvalid
+		return fmt.Errorf("%w: nil context", ErrInvalid)
 	}
 	q.mu.Lock()
 	if _, ok, err := q.tryLocked(nil, 1, true); ok {

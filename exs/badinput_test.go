@@ -228,9 +228,9 @@ func TestOptionsBadInput(t *testing.T) {
 		checkErr(t, "socket type", err, "socket", exs.ErrInvalid)
 	}
 	_, err := exs.NewStack(exs.WithProvider("", nil))
-	checkErr(t, "provider without scheme", err, "socket", exs.ErrInvalid)
+	checkErr(t, "provider without scheme", err, "newstack", exs.ErrInvalid)
 	_, err = exs.NewStack(exs.WithProvider("a:b", nil))
-	checkErr(t, "provider scheme with a colon", err, "socket", exs.ErrInvalid)
+	checkErr(t, "provider scheme with a colon", err, "newstack", exs.ErrInvalid)
 }
 
 func TestSocketStateErrors(t *testing.T) {

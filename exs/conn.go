@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -281,6 +280,7 @@ func (s *Socket) connectLoop(idx int32) {
 	if s.state == sockConnecting {
 		s.state = sockConnected
 	}
+	s.peer = c.qp.Peer()
 	s.mu.Unlock()
 	s.log.Debug("connected", zap.String("addr", s.addr), zap.Stringer("mode", s.cfg.mode), zap.Stringer("type", s.typ))
 	s.complete(idx, 0, nil, nil)
@@ -333,7 +333,7 @@ func (s *Socket) dial(c *conn) error {
 				return mismatchError(h.reason, &c.local, &h)
 			}
 		}
-		return trimPrefix(err, "exs: connect "+s.addr+": ")
+		return err // the provider's, which names it and the address
 	}
 	peer, err := decodeHello(reply)
 	if err == nil {
@@ -346,24 +346,6 @@ func (s *Socket) dial(c *conn) error {
 	}
 	return c.start(&peer)
 }
-
-// trimPrefix returns err with prefix cut from its message (the context the
-// caller's *OpError adds again), still unwrapping to err.
-func trimPrefix(err error, prefix string) error {
-	msg := err.Error()
-	if !strings.HasPrefix(msg, prefix) {
-		return err
-	}
-	return &trimmedError{msg: "exs: " + strings.TrimPrefix(msg[len(prefix):], "exs: "), err: err}
-}
-
-type trimmedError struct {
-	msg string
-	err error
-}
-
-func (e *trimmedError) Error() string { return e.msg }
-func (e *trimmedError) Unwrap() error { return e.err }
 
 // loop is the progress engine of a connected socket: it hands posted
 // operations to the engine, carries out the engine's actions over the
@@ -626,6 +608,11 @@ func (c *conn) onWC(wc *verbs.WC) {
 	if wc.Status != verbs.StatusSuccess {
 		cause := c.qp.Err()
 		switch {
+		case c.s.closingA.Load():
+			// This socket is being closed too (Stack.Close closes every
+			// socket, and the first to go disconnects the others): its
+			// operations are canceled, not reset.
+			c.fail(errClosedCanceled, false)
 		case wc.Status == verbs.StatusFlushed && errors.Is(cause, syscall.ECONNRESET):
 			c.fail(ErrConnReset, true)
 		case cause != nil:

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/internal/errno"
 )
 
 // Errors returned by this package, directly or inside an *OpError or an
@@ -25,55 +26,55 @@ var (
 	// socket's limit of outstanding operations is reached, or the target
 	// queue has no room for the operation's event. Nothing was posted;
 	// dequeue events and retry. It matches syscall.EAGAIN.
-	ErrWouldBlock error = &errnoError{msg: "exs: operation would block", errno: syscall.EAGAIN}
+	ErrWouldBlock error = errno.New("operation would block", syscall.EAGAIN)
 
 	// ErrBusy reports a resource still in use: a memory handle with
 	// operations posted (the error also wraps mreg.ErrBusy), a queue that
 	// operations will still post events to. It matches syscall.EBUSY.
-	ErrBusy error = &errnoError{msg: "exs: resource busy", errno: syscall.EBUSY}
+	ErrBusy = errno.Busy
 
 	// ErrInvalid reports a bad argument: a nil or empty buffer where data
 	// is needed, a buffer outside its memory handle, a deregistered
 	// handle, a queue of another stack, a bad option, a malformed
 	// address. It matches syscall.EINVAL.
-	ErrInvalid error = &errnoError{msg: "exs: invalid argument", errno: syscall.EINVAL}
+	ErrInvalid = errno.Invalid
 
 	// ErrNotConnected reports a send, recv or shutdown on a socket that is
 	// neither connected nor connecting. It matches syscall.ENOTCONN.
-	ErrNotConnected error = &errnoError{msg: "exs: socket is not connected", errno: syscall.ENOTCONN}
+	ErrNotConnected error = errno.New("socket is not connected", syscall.ENOTCONN)
 
 	// ErrAccess reports a memory handle that lacks the access an
 	// operation needs: AccessRead to send from, AccessWrite to receive
 	// into. It matches syscall.EACCES.
-	ErrAccess error = &errnoError{msg: "exs: memory handle does not grant the access", errno: syscall.EACCES}
+	ErrAccess error = errno.New("memory handle does not grant the access", syscall.EACCES)
 
 	// ErrMismatch reports a connection refused because the two ends'
 	// protocol parameters differ (version, protocol mode or socket type).
 	// It matches syscall.ECONNREFUSED.
-	ErrMismatch error = &errnoError{msg: "exs: connection parameters do not match the peer's", errno: syscall.ECONNREFUSED}
+	ErrMismatch error = errno.New("connection parameters do not match the peer's", syscall.ECONNREFUSED)
 
 	// ErrCanceled reports an operation canceled by Cancel or Close. It
 	// matches syscall.ECANCELED. Operations canceled by Close complete with
 	// an error that matches ErrClosed as well.
-	ErrCanceled error = &errnoError{msg: "exs: operation canceled", errno: syscall.ECANCELED}
+	ErrCanceled error = errno.New("operation canceled", syscall.ECANCELED)
 
 	// ErrTimedOut reports a connect that did not complete within its time
 	// limit (WithConnectTimeout, or the deadline of ConnectContext's
 	// context), as rdma_cm's and TCP's connect do. It matches
 	// syscall.ETIMEDOUT and os.ErrDeadlineExceeded, and its OpError's
 	// Timeout reports true.
-	ErrTimedOut error = &errnoError{msg: "exs: connection timed out", errno: syscall.ETIMEDOUT, is: []error{os.ErrDeadlineExceeded}, timeout: true}
+	ErrTimedOut error = errno.NewTimeout("connection timed out", syscall.ETIMEDOUT, os.ErrDeadlineExceeded)
 
 	// ErrConnReset reports an operation that failed because the peer
 	// closed or canceled the connection before it had ended in order. It
 	// matches syscall.ECONNRESET.
-	ErrConnReset error = &errnoError{msg: "exs: connection reset by peer", errno: syscall.ECONNRESET}
+	ErrConnReset error = errno.New("connection reset by peer", syscall.ECONNRESET)
 
 	// ErrConnAborted reports an operation that failed because the
 	// connection broke: a protocol violation by the peer (the error then
 	// also matches syscall.EPROTO), a transport error. It matches
 	// syscall.ECONNABORTED.
-	ErrConnAborted error = &errnoError{msg: "exs: connection aborted", errno: syscall.ECONNABORTED}
+	ErrConnAborted error = errno.New("connection aborted", syscall.ECONNABORTED)
 
 	// ErrTimeout reports a Dequeue whose timeout expired before the
 	// minimum number of events arrived. It is eventq.ErrTimeout and
@@ -83,42 +84,14 @@ var (
 
 // Errors with more than one meaning.
 var (
-	errQueueFull = &errnoError{msg: "exs: event queue full", errno: syscall.EAGAIN, is: []error{ErrWouldBlock}}
-	errTooMany   = &errnoError{msg: "exs: too many operations outstanding", errno: syscall.EAGAIN, is: []error{ErrWouldBlock}}
+	errQueueFull = errno.New("event queue full", syscall.EAGAIN, ErrWouldBlock)
+	errTooMany   = errno.New("too many operations outstanding", syscall.EAGAIN, ErrWouldBlock)
 	// errClosedCanceled completes the operations that Close cancels.
-	errClosedCanceled = &errnoError{msg: "exs: operation canceled: socket closed", errno: syscall.ECANCELED, is: []error{ErrCanceled, ErrClosed}}
-	errIsConn         = &errnoError{msg: "exs: socket is already connected or connecting", errno: syscall.EISCONN, is: []error{ErrInvalid}}
-	errNotListening   = &errnoError{msg: "exs: socket is not listening", errno: syscall.EINVAL, is: []error{ErrInvalid}}
-	errShutdown       = &errnoError{msg: "exs: socket shut down for sending", errno: syscall.EPIPE}
+	errClosedCanceled = errno.New("operation canceled: socket closed", syscall.ECANCELED, ErrCanceled, ErrClosed)
+	errIsConn         = errno.New("socket is already connected or connecting", syscall.EISCONN, ErrInvalid)
+	errNotListening   = errno.New("socket is not listening", syscall.EINVAL, ErrInvalid)
+	errShutdown       = errno.New("socket shut down for sending", syscall.EPIPE)
 )
-
-// errnoError is an error that stands for an errno (and possibly other
-// sentinels): errors.Is holds for each of them.
-type errnoError struct {
-	msg     string
-	errno   syscall.Errno
-	is      []error
-	timeout bool
-}
-
-func (e *errnoError) Error() string { return e.msg }
-
-// Timeout reports whether the error is a timeout (as net.Error's does).
-func (e *errnoError) Timeout() bool { return e.timeout }
-
-// Is reports whether target is the errno or one of the sentinels e stands
-// for.
-func (e *errnoError) Is(target error) bool {
-	if target == e.errno {
-		return true
-	}
-	for _, t := range e.is {
-		if t == target {
-			return true
-		}
-	}
-	return false
-}
 
 // OpError is the error of an operation, returned by a call that failed or
 // carried by the Event of an operation that completed with an error. Like
@@ -127,7 +100,8 @@ func (e *errnoError) Is(target error) bool {
 type OpError struct {
 	// Op is the operation: "send", "recv", "accept", "connect",
 	// "shutdown", "close", "cancel", "bind", "listen", "mregister",
-	// "mderegister", "qcreate", "qdelete", "dequeue", "socket".
+	// "mderegister", "qcreate", "qdelete", "dequeue", "socket",
+	// "newstack", "alloc", "free".
 	Op string
 	// Addr is the socket's address (the listening address, or the
 	// address it connected to or was accepted on), if it has one.
@@ -147,7 +121,7 @@ func (e *OpError) Error() string {
 	}
 	if e.Err != nil {
 		b.WriteString(": ")
-		b.WriteString(strings.TrimPrefix(e.Err.Error(), "exs: "))
+		b.WriteString(e.Err.Error())
 	}
 	return b.String()
 }

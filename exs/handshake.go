@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/exsgo/exs/internal/errno"
 )
 
 // hello is the private data of a connection request, of its accept and of
@@ -48,7 +50,7 @@ const (
 
 var reasonText = [...]string{"", "protocol version", "protocol mode", "socket type", "malformed request", "no resources", "backlog full", "listener closed"}
 
-var errHello = errors.New("exs: malformed connection parameters")
+var errHello = errors.New("malformed connection parameters")
 
 func (h *hello) encode() []byte {
 	b := make([]byte, helloSize)
@@ -134,5 +136,5 @@ func mismatchError(r rejectReason, local, peer *hello) error {
 	if int(r) < len(reasonText) {
 		text = reasonText[r]
 	}
-	return &errnoError{msg: "exs: connection refused by peer: " + text, errno: syscall.ECONNREFUSED}
+	return errno.New("connection refused by peer: "+text, syscall.ECONNREFUSED)
 }

@@ -97,12 +97,12 @@ func TestMismatchError(t *testing.T) {
 		msg      string
 		mismatch bool
 	}{
-		{rejectVersion, "exs: connection parameters do not match the peer's: protocol version 1, peer 1", true},
-		{rejectMode, "exs: connection parameters do not match the peer's: protocol mode dynamic, peer direct-only", true},
-		{rejectType, "exs: connection parameters do not match the peer's: socket type stream, peer seqpacket", true},
-		{rejectBad, "exs: connection refused by peer: malformed request", false},
-		{rejectResource, "exs: connection refused by peer: no resources", false},
-		{rejectEnd, "exs: connection refused by peer: unknown reason", false},
+		{rejectVersion, "connection parameters do not match the peer's: protocol version 1, peer 1", true},
+		{rejectMode, "connection parameters do not match the peer's: protocol mode dynamic, peer direct-only", true},
+		{rejectType, "connection parameters do not match the peer's: socket type stream, peer seqpacket", true},
+		{rejectBad, "connection refused by peer: malformed request", false},
+		{rejectResource, "connection refused by peer: no resources", false},
+		{rejectEnd, "connection refused by peer: unknown reason", false},
 	}
 	for _, tt := range tests {
 		err := mismatchError(tt.r, &a, &b)

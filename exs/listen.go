@@ -155,6 +155,7 @@ func (s *Socket) acceptConn(req *verbs.ConnRequest, peer *hello) (*Socket, error
 		c.destroy()
 		return nil, err
 	}
+	ns.peer = c.qp.Peer()
 	if !s.st.addSocket(ns) {
 		c.destroy()
 		return nil, ErrClosed

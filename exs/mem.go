@@ -204,7 +204,7 @@ func (h *MHandle) check(st *Stack, buf []byte, need Access) error {
 	}
 	a := addrOf(buf)
 	if a < h.addr || a-h.addr > uint64(len(h.buf)) || uint64(len(buf)) > uint64(len(h.buf))-(a-h.addr) {
-		return fmt.Errorf("%w: buffer outside its memory handle: %w", ErrInvalid, mreg.ErrBounds)
+		return fmt.Errorf("%w: buffer [%#x, +%d) outside its memory handle [%#x, +%d): %w", ErrInvalid, a, len(buf), h.addr, len(h.buf), mreg.ErrBounds)
 	}
 	return nil
 }
@@ -229,10 +229,17 @@ type Allocator interface {
 // allocator fails (the same-host provider's outside Linux, or without
 // memfd), from mreg.Alloc. Return it with Free once every handle on it is
 // deregistered. Alloc returns an error matching ErrInvalid if n is not
-// positive.
+// positive, and ErrClosed after Stack.Close (Free still takes memory back
+// then).
 func (st *Stack) Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, opErr("alloc", "", fmt.Errorf("%w: allocate %d bytes", ErrInvalid, n))
+	}
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		return nil, opErr("alloc", "", ErrClosed)
 	}
 	for _, d := range st.devs {
 		if a, ok := d.dev.Provider().(Allocator); ok {
@@ -266,7 +273,7 @@ func (st *Stack) Free(b []byte) error {
 		}
 	}
 	if err := mreg.Free(b); err != nil {
-		return opErr("free", "", fmt.Errorf("%w: %w", ErrInvalid, err))
+		return opErr("free", "", err) // matches ErrInvalid (mreg.ErrInvalid is the same value)
 	}
 	return nil
 }

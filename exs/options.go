@@ -307,7 +307,7 @@ func WithLogger(l *zap.Logger) Option {
 func WithMode(m Mode) Option {
 	return option{"WithMode", scopeStack | scopeSocket, func(c *config) error {
 		if m < ModeDynamic || m > ModeIndirectOnly {
-			return fmt.Errorf("%w: %v", ErrInvalid, m)
+			return fmt.Errorf("%w: mode %v", ErrInvalid, m)
 		}
 		c.mode = m
 		return nil
@@ -368,7 +368,7 @@ func WithOutstanding(sends, recvs int) Option {
 func WithWaitMode(m WaitMode) Option {
 	return option{"WithWaitMode", scopeStack | scopeSocket | scopeQueue, func(c *config) error {
 		if m < WaitAdaptive || m > WaitNotify {
-			return fmt.Errorf("%w: %v", ErrInvalid, m)
+			return fmt.Errorf("%w: wait mode %v", ErrInvalid, m)
 		}
 		c.wait = m
 		return nil

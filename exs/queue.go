@@ -119,7 +119,7 @@ func (st *Stack) Qcreate(depth int, opts ...Option) (*Queue, error) {
 	}
 	eq, err := eventq.New[Event](depth, eventq.Options{Mode: cfg.wait.eventq(), SpinTime: cfg.spin})
 	if err != nil {
-		return nil, opErr("qcreate", "", fmt.Errorf("%w: %w", ErrInvalid, err))
+		return nil, opErr("qcreate", "", err) // eventq.ErrInvalid is ErrInvalid
 	}
 	q := &Queue{
 		st:         st,
@@ -276,8 +276,6 @@ func (q *Queue) err(err error) error {
 		return q.errTimeout
 	case err == eventq.ErrClosed:
 		return q.errClosed
-	case errors.Is(err, eventq.ErrInvalid):
-		return &OpError{Op: "dequeue", Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
 	}
 	return &OpError{Op: "dequeue", Err: err}
 }

@@ -140,11 +140,13 @@ type Socket struct {
 	dev       *device
 	running   bool // a goroutine serves the socket
 	closing   bool
+	closingA  atomic.Bool // closing, readable without mu
 	closeQ    *Queue
 	closeUser any
 	cancelReq bool               // a cancel waits to be handled
 	interrupt context.CancelFunc // interrupts a blocking connect or accept
 	connCtx   context.Context    // bounds the connect (ConnectContext)
+	peer      verbs.Peer         // the connection's ends, once it is up
 	backlog   int                // connection requests that may wait for an accept
 	ops       []op
 	free      []int32
@@ -167,7 +169,7 @@ type Socket struct {
 // wait mode and logger; the stack's are the defaults.
 func (st *Stack) Socket(typ SockType, opts ...Option) (*Socket, error) {
 	if typ < SockStream || typ > SockSeqPacket {
-		return nil, opErr("socket", "", fmt.Errorf("%w: %v", ErrInvalid, typ))
+		return nil, opErr("socket", "", fmt.Errorf("%w: socket type %v", ErrInvalid, typ))
 	}
 	cfg := st.cfg
 	if err := cfg.applyOptions(scopeSocket, opts); err != nil {
@@ -211,6 +213,44 @@ func (s *Socket) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
+}
+
+// Cred is a peer process's identity as the kernel reported it: pid, user
+// and group ids.
+type Cred = verbs.Cred
+
+// LocalAddr returns the address of this end of a connection, as
+// net.Conn's LocalAddr does: the listening address for an accepted socket,
+// and for a connecting one the name its provider gave it ("inproc:@N", or
+// "shm:@PID" with its process's pid: neither can be connected to). It is
+// "" until the connection is up.
+func (s *Socket) LocalAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peer.LocalAddr
+}
+
+// RemoteAddr returns the address of the peer end, as net.Conn's
+// RemoteAddr does: the address connected to, or for an accepted socket
+// the name of the connecting end (see LocalAddr). It is "" until the
+// connection is up.
+func (s *Socket) RemoteAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peer.RemoteAddr
+}
+
+// PeerCred returns the credentials of the peer's process, as the kernel
+// reported them when it connected (the same-host provider reads them from
+// its Unix socket, SO_PEERCRED), and false where the provider does not
+// know them (the in-process provider: the peer is this process).
+func (s *Socket) PeerCred() (Cred, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peer.Cred == nil {
+		return Cred{}, false
+	}
+	return *s.peer.Cred, true
 }
 
 // Stats returns the socket's counters. It may be called at any time, from
@@ -580,6 +620,7 @@ func (s *Socket) Close(q *Queue, user any) error {
 		return opErr("close", s.addr, err)
 	}
 	s.closing, s.state = true, sockClosed
+	s.closingA.Store(true)
 	if s.running {
 		s.closeQ, s.closeUser = q, user
 		s.ncmd.Add(1)
@@ -605,6 +646,7 @@ func (s *Socket) closeInternal() {
 		return
 	}
 	s.closing, s.state = true, sockClosed
+	s.closingA.Store(true)
 	if s.running {
 		s.ncmd.Add(1)
 		if s.interrupt != nil {

@@ -66,7 +66,7 @@ type device struct {
 func NewStack(opts ...Option) (*Stack, error) {
 	cfg := defaultConfig()
 	if err := cfg.applyOptions(scopeStack, opts); err != nil {
-		return nil, opErr("socket", "", err)
+		return nil, opErr("newstack", "", err)
 	}
 	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}} {
 		if !slices.ContainsFunc(cfg.providers, func(e providerEntry) bool { return e.scheme == d.scheme }) {
@@ -92,7 +92,7 @@ func NewStack(opts ...Option) (*Stack, error) {
 			d.Close()
 		}
 		st.closeDevices()
-		return nil, fmt.Errorf("exs: open provider %q: %w", e.scheme, err)
+		return nil, opErr("newstack", "", fmt.Errorf("open provider %q: %w", e.scheme, err))
 	}
 	return st, nil
 }

@@ -11,7 +11,7 @@ import (
 func sysAlloc(size int) ([]byte, error) {
 	m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return nil, fmt.Errorf("exs: mmap of %d bytes: %w", size, err)
+		return nil, fmt.Errorf("mreg: mmap of %d bytes: %w", size, err)
 	}
 	return m, nil
 }
@@ -19,7 +19,7 @@ func sysAlloc(size int) ([]byte, error) {
 // sysFree unmaps a mapping made by sysAlloc.
 func sysFree(m []byte) error {
 	if err := unix.Munmap(m); err != nil {
-		return fmt.Errorf("exs: munmap of %d bytes: %w", len(m), err)
+		return fmt.Errorf("mreg: munmap of %d bytes: %w", len(m), err)
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func Example() {
 	// Output:
 	// true
 	// true
-	// exs: memory region in use
+	// memory region in use
 	// <nil>
-	// exs: invalid memory key
+	// invalid memory key
 	// hello
 }

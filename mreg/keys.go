@@ -68,7 +68,7 @@ func (g *keyGen) init() {
 	rand.Read(k[:]) // never returns an error; it aborts the program instead
 	b, err := aes.NewCipher(k[:])
 	if err != nil {
-		panic("exs: mreg: " + err.Error()) // impossible: the key size is valid
+		panic("mreg: " + err.Error()) // impossible: the key size is valid
 	}
 	g.block = b
 }

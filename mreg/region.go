@@ -141,7 +141,7 @@ func (r *Region) incref() bool {
 		}
 		next := old + stateRef
 		if next < old {
-			panic("exs: mreg: too many references to a region")
+			panic("mreg: too many references to a region")
 		}
 		if r.state.CompareAndSwap(old, next) {
 			return true
@@ -154,7 +154,7 @@ func (r *Region) decref() {
 	for {
 		old := r.state.Load()
 		if old < stateRef {
-			panic("exs: mreg: Release of a region without a reference")
+			panic("mreg: Release of a region without a reference")
 		}
 		if r.state.CompareAndSwap(old, old-stateRef) {
 			return

@@ -133,7 +133,7 @@ func (t *Table) Deregister(r *Region) error {
 // allocate.
 func (t *Table) Lookup(key Key, addr, n uint64, access Access) (*Region, []byte, error) {
 	if access&^accessAll != 0 {
-		return nil, nil, ErrInvalid
+		return nil, nil, fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^accessAll))
 	}
 	r := t.find(key)
 	if r == nil || !r.incref() {

@@ -16,7 +16,7 @@ import (
 // ErrTooManyStates reports that a check reached Options.MaxStates before it
 // had explored every reachable state: the configuration was not verified.
 // Test for it with errors.Is.
-var ErrTooManyStates = errors.New("exs: state-space bound reached before the check completed")
+var ErrTooManyStates = errors.New("state-space bound reached before the check completed")
 
 // Options tunes a check. The zero value checks with GOMAXPROCS workers and
 // no bound on the number of states. Check only reads it.
@@ -67,7 +67,7 @@ type Violation struct {
 
 // Error describes the violation and the length of its trace.
 func (v *Violation) Error() string {
-	return fmt.Sprintf("exs: violation after %d moves: %v", len(v.Moves), v.Err)
+	return fmt.Sprintf("violation after %d moves: %v", len(v.Moves), v.Err)
 }
 
 // Unwrap returns the property's error.
@@ -80,15 +80,15 @@ var (
 	// (stream integrity, writes into the wrong buffer, stream-buffer overrun,
 	// phases going back, sends completing wrongly, an engine's protocol
 	// error).
-	ErrSafety = errors.New("exs: safety violated")
+	ErrSafety = errors.New("safety violated")
 	// ErrLiveness: a state with no move enabled in which something is
 	// stranded (a send never completes, a byte is never delivered).
-	ErrLiveness = errors.New("exs: liveness violated")
+	ErrLiveness = errors.New("liveness violated")
 	// ErrEfficiency: a receiver that is caught up (stream buffer empty, no
 	// recv pending, everything sent delivered, the stream not ended) would
 	// send an ADVERT that the sender must judge stale: S'_r != S_r, or the
 	// phase it would advertise in is older than the sender's P_S.
-	ErrEfficiency = errors.New("exs: efficiency invariant violated")
+	ErrEfficiency = errors.New("efficiency invariant violated")
 )
 
 // CheckState checks the properties that belong to a state rather than to a
@@ -223,12 +223,12 @@ func Check(ctx context.Context, spec Spec, opt Options) (Result, error) {
 		res.MaxDepth = depth
 		if err := ctx.Err(); err != nil {
 			res.Elapsed = time.Since(start)
-			return res, fmt.Errorf("exs: check stopped at depth %d after %d states: %w", depth, res.States, err)
+			return res, fmt.Errorf("check stopped at depth %d after %d states: %w", depth, res.States, err)
 		}
 		out := expand(ctx, frontier, visited, workers)
 		if err := ctx.Err(); err != nil {
 			res.Elapsed = time.Since(start)
-			return res, fmt.Errorf("exs: check stopped at depth %d after %d states: %w", depth, res.States, err)
+			return res, fmt.Errorf("check stopped at depth %d after %d states: %w", depth, res.States, err)
 		}
 		frontier = nil
 		var next []node

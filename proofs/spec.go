@@ -13,7 +13,7 @@ import (
 
 // ErrSpec reports a configuration or trace text that cannot be parsed.
 // Test for it with errors.Is.
-var ErrSpec = errors.New("exs: malformed model-checking configuration")
+var ErrSpec = errors.New("malformed model-checking configuration")
 
 // Spec is one bounded configuration to check: the engine settings, shared by
 // both endpoints, and what each endpoint's application does. Endpoint A is

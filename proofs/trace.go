@@ -13,7 +13,7 @@ import (
 
 // ErrNotEnabled reports a replayed move that is not enabled in the state the
 // replay has reached. Test for it with errors.Is.
-var ErrNotEnabled = errors.New("exs: move not enabled")
+var ErrNotEnabled = errors.New("move not enabled")
 
 // Replay runs moves from spec's initial world and checks every property
 // after every step, as Check does. If out is non-nil it writes a readable

@@ -43,13 +43,41 @@ func (qp *QP) Connect(ctx context.Context, addr string, private []byte) ([]byte,
 	if err != nil {
 		qp.abortConnect(ep)
 		qp.dev.log.Debug("connect failed", zap.Uint32("qp", qp.num), zap.String("addr", addr), zap.Error(err))
-		return nil, fmt.Errorf("exs: connect %s: %w", addr, err)
+		return nil, err // the provider's, which names it and the address
 	}
 	if err := qp.finishConnect(ep, link); err != nil {
 		return nil, err
 	}
+	qp.setPeer(link, Peer{RemoteAddr: addr})
 	qp.dev.log.Debug("connected", zap.Uint32("qp", qp.num), zap.String("addr", addr))
 	return reply, nil
+}
+
+// setPeer records the connection's ends: what link reports, completed with
+// what the connect or accept knows (known).
+func (qp *QP) setPeer(link Link, known Peer) {
+	p := known
+	if r, ok := link.(PeerReporter); ok {
+		p = r.Peer()
+		if p.LocalAddr == "" {
+			p.LocalAddr = known.LocalAddr
+		}
+		if p.RemoteAddr == "" {
+			p.RemoteAddr = known.RemoteAddr
+		}
+	}
+	qp.peer.Store(&p)
+}
+
+// Peer returns what is known of the ends of the queue pair's connection:
+// addresses and the peer process's credentials (see Peer). It is the zero
+// Peer before the queue pair is connected, and stays after the connection
+// ends, until Modify(Reset).
+func (qp *QP) Peer() Peer {
+	if p := qp.peer.Load(); p != nil {
+		return *p
+	}
+	return Peer{}
 }
 
 // beginConnect moves the queue pair from Init to ReadyToReceive with a new
@@ -122,7 +150,7 @@ type Listener struct {
 func (d *Device) Listen(addr string) (*Listener, error) {
 	ll, err := d.p.Listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("exs: listen %s: %w", addr, err)
+		return nil, err // the provider's, which names it and the address
 	}
 	l := &Listener{dev: d, ll: ll}
 	if err := d.add(func() { d.listeners[l] = struct{}{} }); err != nil {
@@ -189,11 +217,12 @@ func (c *ConnRequest) Accept(qp *QP, private []byte) error {
 	link, err := c.r.Accept(ep, private)
 	if err != nil {
 		qp.abortConnect(ep)
-		return fmt.Errorf("exs: accept: %w", err)
+		return err // the provider's
 	}
 	if err := qp.finishConnect(ep, link); err != nil {
 		return err
 	}
+	qp.setPeer(link, Peer{LocalAddr: c.l.Addr()})
 	qp.dev.log.Debug("accepted", zap.Uint32("qp", qp.num), zap.String("addr", c.l.Addr()))
 	return nil
 }

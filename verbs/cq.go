@@ -61,7 +61,7 @@ func (d *Device) CreateCQ(depth int, opts eventq.Options) (*CQ, error) {
 	}
 	q, err := eventq.New[WC](depth, opts)
 	if err != nil {
-		return nil, fmt.Errorf("exs: create completion queue: %w", err)
+		return nil, fmt.Errorf("verbs: create completion queue: %w", err)
 	}
 	cq.q = q
 	if err := d.add(func() { d.cqs[cq] = struct{}{} }); err != nil {
@@ -219,7 +219,7 @@ func (cq *CQ) attach() error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {
-		return fmt.Errorf("exs: completion queue: %w", ErrClosed)
+		return fmt.Errorf("verbs: completion queue: %w", ErrClosed)
 	}
 	cq.attached++
 	return nil

@@ -110,7 +110,7 @@ func (d *Device) add(f func()) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return fmt.Errorf("exs: device: %w", ErrClosed)
+		return fmt.Errorf("verbs: device: %w", ErrClosed)
 	}
 	f()
 	return nil
@@ -122,7 +122,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, fmt.Errorf("exs: device: %w", ErrClosed)
+		return nil, fmt.Errorf("verbs: device: %w", ErrClosed)
 	}
 	return newPD(d), nil
 }

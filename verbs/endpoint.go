@@ -196,7 +196,7 @@ func (e *Endpoint) Terminated(cause error) {
 	if cause == nil {
 		cause = ErrDisconnected
 	}
-	cause = fmt.Errorf("exs: by peer: %w", cause)
+	cause = fmt.Errorf("by peer: %w", cause)
 	e.qp.fail(cause)
 }
 

@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/internal/errno"
 )
 
 // Errors returned by this package. Compare with errors.Is: functions that
@@ -18,8 +19,9 @@ var (
 
 	// ErrInvalid reports a bad argument: an unknown opcode, too many
 	// scatter/gather elements, a nil completion queue, private data longer
-	// than MaxPrivateData, a malformed address.
-	ErrInvalid = errors.New("exs: invalid argument")
+	// than MaxPrivateData, a malformed address. It is the invalid-argument
+	// error every layer of exs shares, and it matches syscall.EINVAL.
+	ErrInvalid error = errno.Invalid
 
 	// ErrQueueFull reports a post that would exceed a queue's depth: the
 	// send or receive queue holds as many outstanding work requests as its
@@ -32,31 +34,32 @@ var (
 	// allow: a send before the queue pair is connected (state
 	// ReadyToSend), a receive in state Reset, a Connect on a queue pair
 	// that is not in Init, an illegal Modify.
-	ErrQPState = errors.New("exs: operation not allowed in queue pair state")
+	ErrQPState = errors.New("operation not allowed in queue pair state")
 
 	// ErrBusy reports a Close of an object still in use: a protection
 	// domain with queue pairs or memory regions, a completion queue with
 	// queue pairs attached. Deregistering a memory region that posted work
-	// still uses returns mreg.ErrBusy.
-	ErrBusy = errors.New("exs: resource busy")
+	// still uses returns mreg.ErrBusy. It is the busy error every layer of
+	// exs shares, and it matches syscall.EBUSY.
+	ErrBusy error = errno.Busy
 
 	// ErrRejected reports a connection request rejected by the passive
 	// side. Connect returns it as a *RejectError, which carries the
 	// rejecter's private data; it also satisfies errors.Is(err,
 	// syscall.ECONNREFUSED).
-	ErrRejected = errors.New("exs: connection rejected")
+	ErrRejected = errors.New("connection rejected")
 
 	// ErrDisconnected is the cause a queue pair records when it is
 	// disconnected, locally (Disconnect, Close) or by its peer. It also
 	// satisfies errors.Is(err, syscall.ECONNRESET).
-	ErrDisconnected error = &errnoError{msg: "exs: disconnected", errno: syscall.ECONNRESET}
+	ErrDisconnected error = errno.New("disconnected", syscall.ECONNRESET)
 
 	// ErrTerminated is the cause a queue pair records when its connection
 	// was terminated because of an error (a protection violation, a
 	// receive that was too short, receiver-not-ready with RNRFail, a
 	// transport failure), on either end. It also satisfies errors.Is(err,
 	// syscall.ECONNABORTED).
-	ErrTerminated error = &errnoError{msg: "exs: connection terminated", errno: syscall.ECONNABORTED}
+	ErrTerminated error = errno.New("connection terminated", syscall.ECONNABORTED)
 )
 
 // Errors that an Endpoint's Deliver returns to a provider, and that a
@@ -70,42 +73,31 @@ var (
 	// ErrNoRecv reports a SEND or RDMA WRITE with immediate data that
 	// found no posted RECV at the target: receiver not ready. The target
 	// stays connected; see RNRPolicy for what the initiator does.
-	ErrNoRecv = errors.New("exs: receiver not ready: no receive posted")
+	ErrNoRecv = errors.New("receiver not ready: no receive posted")
 
 	// ErrTooLong reports a SEND larger than the RECV it consumed. The
 	// target completes that RECV with StatusLocalLengthError; the initiator
 	// completes the SEND with StatusRemoteInvalidRequest.
-	ErrTooLong = errors.New("exs: message longer than the receive buffer")
+	ErrTooLong = errors.New("message longer than the receive buffer")
 
 	// ErrRemoteOperation reports a fault at the target that is not the
 	// initiator's doing: the scatter list of the RECV a SEND consumed
 	// names memory the target may not write (its RECV completes with
 	// StatusLocalProtectionError). The initiator completes with
 	// StatusRemoteOperationError.
-	ErrRemoteOperation = errors.New("exs: remote operation error")
+	ErrRemoteOperation = errors.New("remote operation error")
 )
 
 // queueFullError is the type of ErrQueueFull.
 type queueFullError struct{}
 
-func (queueFullError) Error() string { return "exs: queue full" }
+func (queueFullError) Error() string { return "queue full" }
 
 // Is makes errors.Is(ErrQueueFull, syscall.EAGAIN) hold.
 func (queueFullError) Is(target error) bool { return target == syscall.EAGAIN }
 
 // Temporary reports true: the post may succeed later.
 func (queueFullError) Temporary() bool { return true }
-
-// errnoError is a sentinel that also matches an errno with errors.Is.
-type errnoError struct {
-	msg   string
-	errno syscall.Errno
-}
-
-func (e *errnoError) Error() string { return e.msg }
-
-// Is makes errors.Is(e, e.errno) hold.
-func (e *errnoError) Is(target error) bool { return target == e.errno }
 
 // RejectError is the error Connect returns when the passive side rejects
 // the connection request. It satisfies errors.Is(err, ErrRejected) and
@@ -116,7 +108,7 @@ type RejectError struct {
 }
 
 // Error describes the rejection.
-func (e *RejectError) Error() string { return "exs: connection rejected by peer" }
+func (e *RejectError) Error() string { return "connection rejected by peer" }
 
 // Is makes errors.Is hold for ErrRejected and syscall.ECONNREFUSED.
 func (e *RejectError) Is(target error) bool {

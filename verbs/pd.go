@@ -39,7 +39,7 @@ func (pd *PD) RegisterMR(buf []byte, access mreg.Access) (*MR, error) {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closed {
-		return nil, fmt.Errorf("exs: protection domain: %w", ErrClosed)
+		return nil, fmt.Errorf("verbs: protection domain: %w", ErrClosed)
 	}
 	r, err := pd.table.Register(buf, access)
 	if err != nil {

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/exsgo/exs/mreg"
@@ -125,6 +126,33 @@ type Link interface {
 	Terminate(cause error)
 }
 
+// Peer describes the two ends of a connection: their addresses, in the
+// provider's syntax, and the peer process's credentials where the provider
+// learned them from the operating system. The zero Peer knows nothing.
+type Peer struct {
+	// LocalAddr is this end's address: the listener's for an accepted
+	// connection, a name the provider gave the connecting end otherwise
+	// ("" if it has none).
+	LocalAddr string
+	// RemoteAddr is the peer's address: the address dialed, or the name
+	// of the connecting end.
+	RemoteAddr string
+	// Cred is the peer process's identity, or nil if unknown.
+	Cred *Cred
+}
+
+// Cred is a process's identity, as the kernel reported it (SO_PEERCRED).
+type Cred struct {
+	PID, UID, GID int
+}
+
+// PeerReporter is an optional ability of a Link: it tells what the
+// provider knows of the connection's ends. QP.Peer fills in from the
+// connect or accept what a provider without it leaves out.
+type PeerReporter interface {
+	Peer() Peer
+}
+
 // Progresser is an optional ability of a Link: one whose provider does the
 // receiving side's work (taking arrived messages to Deliver, outcomes to
 // Complete) in a goroutine of its own can let the goroutine that polls a
@@ -231,7 +259,7 @@ func (m *MR) Info() RegionInfo {
 func (ri RegionInfo) Check(key mreg.Key, addr, n uint64, access mreg.Access) error {
 	const known = mreg.LocalWrite | mreg.RemoteRead | mreg.RemoteWrite
 	if access&^known != 0 {
-		return mreg.ErrInvalid
+		return fmt.Errorf("%w: unknown access bits %#x", mreg.ErrInvalid, uint32(access&^known))
 	}
 	if key == 0 || (key != ri.LKey && key != ri.RKey) {
 		return mreg.ErrInvalidKey

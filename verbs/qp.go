@@ -150,6 +150,7 @@ type QP struct {
 	st     atomic.Uint32            // State
 	closed atomic.Bool              // set under sq.mu and rq.mu
 	ep     atomic.Pointer[Endpoint] // the current connection's end, or nil
+	peer   atomic.Pointer[Peer]     // the current connection's ends, once connected
 	mu     sync.Mutex               // serializes Connect, Accept, Modify, Disconnect, Close
 	errMu  sync.Mutex               // guards cause and done
 	cause  error                    // why the QP entered Error
@@ -168,7 +169,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	pd.mu.Lock()
 	if pd.closed {
 		pd.mu.Unlock()
-		return nil, fmt.Errorf("exs: protection domain: %w", ErrClosed)
+		return nil, fmt.Errorf("verbs: protection domain: %w", ErrClosed)
 	}
 	pd.nqp++
 	pd.mu.Unlock()
@@ -423,6 +424,7 @@ func (qp *QP) Modify(to State) error {
 		qp.errMu.Lock()
 		if from == StateError {
 			qp.cause = nil
+			qp.peer.Store(nil)
 			qp.done = make(chan struct{})
 		}
 		qp.errMu.Unlock()

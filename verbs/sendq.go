@@ -362,7 +362,7 @@ func (qp *QP) execute(w *sendWQE, ep *Endpoint) (done bool, err error) {
 // localError marks an error of the local lookups of a work request.
 type localError struct{ err error }
 
-func (e *localError) Error() string { return "exs: local memory check: " + e.err.Error() }
+func (e *localError) Error() string { return "local memory check: " + e.err.Error() }
 func (e *localError) Unwrap() error { return e.err }
 
 // settleLocked records the outcome err of an in-flight work request. It

@@ -196,7 +196,7 @@ type StatusError struct {
 }
 
 // Error describes the status.
-func (e *StatusError) Error() string { return "exs: work request failed: " + e.Status.String() }
+func (e *StatusError) Error() string { return "work request failed: " + e.Status.String() }
 
 // WCOpcode says which kind of work request a WC completes.
 type WCOpcode uint8

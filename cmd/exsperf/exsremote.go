@@ -128,7 +128,7 @@ func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
 	}
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("exs: server: %w", err)
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	return &exsServer{st: st, ln: ln, q: q, addr: addr, prov: prov, log: log}, nil
 }
@@ -144,7 +144,7 @@ func (s *exsServer) serve(ctx context.Context, once bool) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("exs: server: %w", err)
+			return fmt.Errorf("server: %w", err)
 		}
 		ev, err := dequeueOne(context.Background(), s.q)
 		if err == nil {
@@ -154,7 +154,7 @@ func (s *exsServer) serve(ctx context.Context, once bool) error {
 			if ctx.Err() != nil || errors.Is(err, exs.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("exs: server: %w", err)
+			return fmt.Errorf("server: %w", err)
 		}
 		s.log.Info("session", zap.String("addr", s.addr))
 		if err := s.session(ctx, ev.Accepted); err != nil && ctx.Err() == nil {
@@ -225,7 +225,7 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 		err = ev.Err
 	}
 	if err != nil {
-		return fmt.Errorf("exs: accepting the data connection: %w", err)
+		return fmt.Errorf("accepting the data connection: %w", err)
 	}
 	ls.Close(q, nil)
 	e := exsEnd{p: p, st: st, s: ev.Accepted, q: q}
@@ -257,7 +257,7 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 		})
 		if !sent {
 			if err == nil {
-				err = errors.New("exs: the stream ended before the measured interval did")
+				err = errors.New("the stream ended before the measured interval did")
 			}
 			return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 		}
@@ -337,7 +337,7 @@ func dialExs(ctx context.Context, name, about, addr string) (*exsNetTransport, e
 	}
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("exs: connecting to the server at %s: %w", addr, err)
+		return nil, fmt.Errorf("connecting to the server at %s: %w", addr, err)
 	}
 	t.st, t.ctl = st, &exsCtl{ctx: context.Background(), s: s, q: q}
 	return t, nil
@@ -369,7 +369,7 @@ func (t *exsNetTransport) cmaNote() string {
 
 func (t *exsNetTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	if p.Link != nil {
-		return nil, errors.New("exs: no emulated link between processes")
+		return nil, errors.New("no emulated link between processes")
 	}
 	if p.Wait == 0 {
 		p.Wait = waitAdaptive
@@ -391,7 +391,7 @@ func (np *exsNetPair) Close() error { return nil }
 func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Duration) (exsEnd, error) {
 	t, p := np.t, np.p
 	if t.st == nil {
-		return exsEnd{}, errors.New("exs: transport closed")
+		return exsEnd{}, errors.New("transport closed")
 	}
 	t.ctl.ctx = ctx
 	req := exsRequest{request: request{Test: test, Size: p.Size, Warmup: warmup, Duration: d, Wait: p.Wait.String(), Verify: p.Verify, Seed: p.Seed},
@@ -404,7 +404,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 		return exsEnd{}, err
 	}
 	if rep.Err != "" {
-		return exsEnd{}, fmt.Errorf("exs: server: %s", rep.Err)
+		return exsEnd{}, fmt.Errorf("server: %s", rep.Err)
 	}
 	// A provider per data connection; its statistics are that
 	// connection's. WithEagerWrites as for exs's own.
@@ -488,9 +488,9 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (resu
 	closeStack(e.st) // frees the buffers, now that the sender has stopped
 	switch {
 	case rerr != nil:
-		return result{}, fmt.Errorf("exs: reading the server's reply: %w", rerr)
+		return result{}, fmt.Errorf("reading the server's reply: %w", rerr)
 	case rep.Err != "":
-		return result{}, fmt.Errorf("exs: server: %s", rep.Err)
+		return result{}, fmt.Errorf("server: %s", rep.Err)
 	case serr != nil:
 		return result{}, serr
 	}
@@ -513,7 +513,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (resu
 
 func (np *exsNetPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
 	if w != np.p.Wait {
-		return nil, fmt.Errorf("exs: pair opened for wait mode %v, not %v", np.p.Wait, w)
+		return nil, fmt.Errorf("pair opened for wait mode %v, not %v", np.p.Wait, w)
 	}
 	t := np.t
 	t.mu.Lock()
@@ -564,7 +564,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	// A short directory: Unix socket paths have a limit of about 100 bytes.
 	dir, err := os.MkdirTemp("", "exsperf")
 	if err != nil {
-		return nil, fmt.Errorf("exs: starting the peer process: %w", err)
+		return nil, fmt.Errorf("starting the peer process: %w", err)
 	}
 	t := &exsProcTransport{dir: dir}
 	defer func() {
@@ -578,7 +578,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 		return nil, err
 	}
 	if strings.TrimSpace(line) != "listening "+addr {
-		return nil, fmt.Errorf("exs: the peer process did not start (it said %q)", short(line))
+		return nil, fmt.Errorf("the peer process did not start (it said %q)", short(line))
 	}
 	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {

@@ -80,7 +80,7 @@ type exsPair struct {
 
 func (exsTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	if p.Link != nil {
-		return nil, errors.New("exs: the exs transport has no emulated link yet")
+		return nil, errors.New("the exs transport has no emulated link yet")
 	}
 	w := p.Wait
 	if w == 0 {
@@ -121,7 +121,7 @@ func (xp *exsPair) connect(ctx context.Context) error {
 	xp.cs = cs
 	ev, err := dequeueOne(ctx, rq)
 	if err != nil {
-		return fmt.Errorf("exs: accept: %w", err)
+		return fmt.Errorf("accept: %w", err)
 	}
 	if ev.Err != nil {
 		return ev.Err
@@ -161,7 +161,7 @@ func exsCloseListener(ctx context.Context, ls *exs.Socket, q *exs.Queue) error {
 	for {
 		ev, err := dequeueOne(ctx, q)
 		if err != nil {
-			return fmt.Errorf("exs: closing the listener: %w", err)
+			return fmt.Errorf("closing the listener: %w", err)
 		}
 		if ev.Type == exs.EventClose {
 			return nil
@@ -185,7 +185,7 @@ func exsDial(ctx context.Context, st *exs.Stack, addr string, p pairParams) (exs
 	}
 	ev, err := dequeueOne(ctx, q)
 	if err != nil {
-		return exsEnd{}, fmt.Errorf("exs: connect: %w", err)
+		return exsEnd{}, fmt.Errorf("connect: %w", err)
 	}
 	if ev.Err != nil {
 		return exsEnd{}, ev.Err
@@ -357,14 +357,14 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 					return nil // the sender went after the interval
 				}
 				if ev.Err != nil {
-					return fmt.Errorf("exs: recv: %w", ev.Err)
+					return fmt.Errorf("recv: %w", ev.Err)
 				}
-				return errors.New("exs: recv: unexpected end of stream")
+				return errors.New("recv: unexpected end of stream")
 			}
 			buf := rbufs[next]
 			if p.Verify {
 				if i := checkPattern(buf[:ev.N], off, byte(p.Seed)); i >= 0 {
-					return fmt.Errorf("exs: recv: wrong byte at stream offset %d", off+uint64(i))
+					return fmt.Errorf("recv: wrong byte at stream offset %d", off+uint64(i))
 				}
 				off += uint64(ev.N)
 			}
@@ -433,7 +433,7 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 				if stop.Load() {
 					return nil
 				}
-				return fmt.Errorf("exs: send: %w", ev.Err)
+				return fmt.Errorf("send: %w", ev.Err)
 			}
 			sent.Add(1)
 			if err := post(bufs[next]); err != nil {
@@ -452,7 +452,7 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 // one the pair was opened with.
 func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
 	if w != xp.wait {
-		return nil, fmt.Errorf("exs: pair opened for wait mode %v, not %v", xp.wait, w)
+		return nil, fmt.Errorf("pair opened for wait mode %v, not %v", xp.wait, w)
 	}
 	var stop atomic.Bool
 	echoErr := make(chan error, 1)
@@ -492,11 +492,11 @@ func (e *exsEnd) ping(ctx context.Context, warmup, d time.Duration) ([]time.Dura
 			}
 			for _, ev := range events[:n] {
 				if ev.Err != nil {
-					return fmt.Errorf("exs: %v: %w", ev.Type, ev.Err)
+					return fmt.Errorf("%v: %w", ev.Type, ev.Err)
 				}
 				if ev.Type == exs.EventRecv {
 					if ev.N != size {
-						return fmt.Errorf("exs: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
+						return fmt.Errorf("recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
 					}
 					if err := e.s.Recv(e.q, cb[0], cmh, exs.MsgWaitAll, nil); err != nil {
 						return err
@@ -550,14 +550,14 @@ func (e *exsEnd) echo(stop *atomic.Bool, endOK bool) error {
 				if stopped() {
 					return nil
 				}
-				return fmt.Errorf("exs: echo %v: %w", ev.Type, ev.Err)
+				return fmt.Errorf("echo %v: %w", ev.Type, ev.Err)
 			}
 			switch ev.Type {
 			case exs.EventSend:
 				sending = false
 			case exs.EventRecv:
 				if ev.N != size {
-					return fmt.Errorf("exs: echo: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
+					return fmt.Errorf("echo: recv of %d bytes with MsgWaitAll completed with %d", size, ev.N)
 				}
 				if err := e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil); err != nil {
 					return err

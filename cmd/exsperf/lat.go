@@ -154,7 +154,7 @@ func pingPong(ctx context.Context, pt latPoint, warmup, d time.Duration) ([]time
 		return nil, err
 	}
 	if len(rts) == 0 {
-		return nil, errors.New("exs: no round trip completed in the measured interval")
+		return nil, errors.New("no round trip completed in the measured interval")
 	}
 	return rts, nil
 }

@@ -96,11 +96,11 @@ type memEnd struct {
 
 // errStalled reports a pair in which neither end can make progress: a
 // protocol bug, since the application always has work posted.
-var errStalled = errors.New("exs: engine pair stalled")
+var errStalled = errors.New("engine pair stalled")
 
 func newMemPair(p pairParams) (*memPair, error) {
 	if p.Size < 1 || p.Sends < 1 || p.Recvs < 1 {
-		return nil, fmt.Errorf("exs: size %d, sends %d, recvs %d: all must be positive", p.Size, p.Sends, p.Recvs)
+		return nil, fmt.Errorf("size %d, sends %d, recvs %d: all must be positive", p.Size, p.Sends, p.Recvs)
 	}
 	frames := min(65535, max(8, 4*max(p.Recvs, p.Sends)))
 	// The engine is tuned as exs tunes it (exs/conn.go: an ACK every
@@ -258,7 +258,7 @@ func (e *memEnd) do(a *dynproto.Action) error {
 		}
 	case dynproto.SendDone:
 		if a.Err != nil {
-			return fmt.Errorf("exs: send %d: %w", a.ID, a.Err)
+			return fmt.Errorf("send %d: %w", a.ID, a.Err)
 		}
 		e.sendsOut--
 		e.sendMsgs++
@@ -270,14 +270,14 @@ func (e *memEnd) do(a *dynproto.Action) error {
 		}
 	case dynproto.RecvDone:
 		if a.Err != nil {
-			return fmt.Errorf("exs: recv %d: %w", a.ID, a.Err)
+			return fmt.Errorf("recv %d: %w", a.ID, a.Err)
 		}
 		if a.Len == 0 {
-			return fmt.Errorf("exs: recv %d: unexpected end of stream", a.ID)
+			return fmt.Errorf("recv %d: unexpected end of stream", a.ID)
 		}
 		if e.verify {
 			if off := checkPattern(e.rbufs[a.ID%uint64(len(e.rbufs))][:a.Len], e.recvOff, e.seed); off >= 0 {
-				return fmt.Errorf("exs: recv %d: wrong byte at stream offset %d", a.ID, e.recvOff+uint64(off))
+				return fmt.Errorf("recv %d: wrong byte at stream offset %d", a.ID, e.recvOff+uint64(off))
 			}
 			e.recvOff += uint64(a.Len)
 		}
@@ -464,10 +464,10 @@ func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (
 // them back, and so on. One goroutine runs both, so the wait mode is inline.
 func (mp *memPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
 	if mp.vnet != nil {
-		return nil, errors.New("exs: ping-pong over an emulated link is not implemented")
+		return nil, errors.New("ping-pong over an emulated link is not implemented")
 	}
 	if w != waitInline {
-		return nil, fmt.Errorf("exs: the engine transport runs both sides in one goroutine: wait mode %v does not apply", w)
+		return nil, fmt.Errorf("the engine transport runs both sides in one goroutine: wait mode %v does not apply", w)
 	}
 	if err := mp.startPingPong(); err != nil {
 		return nil, err

@@ -37,22 +37,22 @@ var (
 func startPeer(ctx context.Context, args ...string) (*peerProc, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, "", fmt.Errorf("exs: starting the peer process: %w", err)
+		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), peerEnv+"=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, "", fmt.Errorf("exs: starting the peer process: %w", err)
+		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		in.Close()
-		return nil, "", fmt.Errorf("exs: starting the peer process: %w", err)
+		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("exs: starting the peer process: %w", err)
+		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
 	p := &peerProc{cmd: cmd, stdin: in, stdout: out, drained: make(chan struct{}), done: make(chan error, 1)}
 	type firstLine struct {
@@ -80,17 +80,17 @@ func startPeer(ctx context.Context, args ...string) (*peerProc, string, error) {
 		if l.err == nil {
 			return p, l.line, nil
 		}
-		err = fmt.Errorf("exs: the peer process did not start (it said %q): %w", short(l.line), l.err)
+		err = fmt.Errorf("the peer process did not start (it said %q): %w", short(l.line), l.err)
 		if l.err == io.EOF {
 			grace = peerExitTimeout
 		}
 	case <-timer.C:
-		err = fmt.Errorf("exs: the peer process did not start: no address line within %v", peerStartTimeout)
+		err = fmt.Errorf("the peer process did not start: no address line within %v", peerStartTimeout)
 	case <-ctx.Done():
-		err = fmt.Errorf("exs: starting the peer process: %w", ctx.Err())
+		err = fmt.Errorf("starting the peer process: %w", ctx.Err())
 	}
 	if killed, werr := p.stop(grace); werr != nil && !killed {
-		err = errors.Join(err, fmt.Errorf("exs: the peer process: %w", werr))
+		err = errors.Join(err, fmt.Errorf("the peer process: %w", werr))
 	}
 	return nil, "", err
 }
@@ -108,10 +108,10 @@ func short(s string) string {
 func (p *peerProc) Close() error {
 	killed, err := p.stop(peerExitTimeout)
 	if killed {
-		return errors.Join(fmt.Errorf("exs: the peer process did not exit within %v: killed", peerExitTimeout), err)
+		return errors.Join(fmt.Errorf("the peer process did not exit within %v: killed", peerExitTimeout), err)
 	}
 	if err != nil {
-		return fmt.Errorf("exs: the peer process: %w", err)
+		return fmt.Errorf("the peer process: %w", err)
 	}
 	return nil
 }

@@ -32,11 +32,11 @@ func startProfile(args []string) (func(), error) {
 	}
 	f, err := os.Create(fmt.Sprintf("%s.%d-%s.pprof", prefix, os.Getpid(), role))
 	if err != nil {
-		return nil, fmt.Errorf("exs: cpu profile: %w", err)
+		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("exs: cpu profile: %w", err)
+		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() {
 		pprof.StopCPUProfile()

@@ -68,7 +68,7 @@ func readMsg(r io.Reader, v any) error {
 	}
 	l := binary.BigEndian.Uint32(n[:])
 	if l > maxHeader {
-		return fmt.Errorf("exs: control message of %d bytes", l)
+		return fmt.Errorf("control message of %d bytes", l)
 	}
 	b := make([]byte, l)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -126,7 +126,7 @@ func listenServer(ctx context.Context, a peerAddr, cc string, log *zap.Logger) (
 	lc := net.ListenConfig{Control: congestionControl(cc)}
 	ln, err := lc.Listen(ctx, "tcp", a.host)
 	if err != nil {
-		return nil, fmt.Errorf("exs: server: %w", err)
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	return &server{ln: ln, log: log, cc: cc}, nil
 }
@@ -146,7 +146,7 @@ func (s *server) serve(ctx context.Context, once bool) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("exs: server: %w", err)
+			return fmt.Errorf("server: %w", err)
 		}
 		s.log.Info("session", zap.String("peer", c.RemoteAddr().String()))
 		if err := s.session(ctx, c.(*net.TCPConn)); err != nil && ctx.Err() == nil {
@@ -203,7 +203,7 @@ func (s *server) stream(c *net.TCPConn, req request) error {
 		bytes += int64(k)
 		if err != nil {
 			if win.phase < 2 {
-				return fmt.Errorf("exs: server: stream ended early: %w", err)
+				return fmt.Errorf("server: stream ended early: %w", err)
 			}
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -243,7 +243,7 @@ func (t *netTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	d := net.Dialer{Control: congestionControl(p.CC), Timeout: 10 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", t.addr.host)
 	if err != nil {
-		return nil, fmt.Errorf("exs: %s: %w", t.name, err)
+		return nil, fmt.Errorf("%s: %w", t.name, err)
 	}
 	return &netPair{c: c.(*net.TCPConn), p: p}, nil
 }
@@ -303,10 +303,10 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	np.c.CloseWrite()
 	wg.Wait()
 	if rerr != nil {
-		return result{}, fmt.Errorf("exs: reading the server's reply: %w (write: %v)", rerr, werr)
+		return result{}, fmt.Errorf("reading the server's reply: %w (write: %v)", rerr, werr)
 	}
 	if rep.Err != "" {
-		return result{}, fmt.Errorf("exs: server: %s", rep.Err)
+		return result{}, fmt.Errorf("server: %s", rep.Err)
 	}
 	// Wait for the server to drain and close, so that the next
 	// measurement does not overlap this one.
@@ -329,7 +329,7 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 
 func (np *netPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
 	if w != waitBlock && w != waitBusy {
-		return nil, fmt.Errorf("exs: wait mode %v does not apply to TCP", w)
+		return nil, fmt.Errorf("wait mode %v does not apply to TCP", w)
 	}
 	stop := context.AfterFunc(ctx, func() { np.c.Close() })
 	defer stop()
@@ -379,7 +379,7 @@ func (t *procTransport) start(ctx context.Context, cc string) error {
 	}
 	a, err := parsePeerAddr(strings.TrimSpace(strings.TrimPrefix(line, "listening ")), true)
 	if err != nil {
-		return errors.Join(fmt.Errorf("exs: the peer process said %q: %w", short(line), err), p.Close())
+		return errors.Join(fmt.Errorf("the peer process said %q: %w", short(line), err), p.Close())
 	}
 	t.addr, t.peer = a, p
 	return nil

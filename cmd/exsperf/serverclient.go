@@ -149,9 +149,9 @@ func (o *clientOpts) register(fs *flag.FlagSet) {
 	o.modes, o.recvs, o.ring = append([]dynproto.Mode(nil), modes...), 32, 4<<20
 	fs.StringVar(&o.addr, "addr", "", "the server's address, instead of the ADDR argument")
 	fs.IntVar(&o.sends, "sends", o.sends, "send buffers the writer cycles through (exs: outstanding sends)")
-	fs.IntVar(&o.recvs, "recvs", o.recvs, "exs: outstanding recvs of the server")
-	fs.Var(sizeFlag{&o.ring}, "ring", "exs: stream buffer (ring) size for indirect transfers")
-	fs.Var(modesFlag{&o.modes}, "modes", "exs: modes to run: direct-only, indirect-only, dynamic")
+	fs.IntVar(&o.recvs, "recvs", o.recvs, "outstanding recvs of the server")
+	fs.Var(sizeFlag{&o.ring}, "ring", "stream buffer (ring) size for indirect transfers")
+	fs.Var(modesFlag{&o.modes}, "modes", "modes to run: direct-only, indirect-only, dynamic")
 	fs.BoolVar(&o.lat, "lat", false, "also measure ping-pong latency")
 	fs.Var(waitsFlag{&o.waits}, "wait", "wait modes for --lat: busy, block (and adaptive, exs only)")
 	registerTCP(fs, &o.cc)

@@ -30,7 +30,7 @@ func (*tcpTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	lc := net.ListenConfig{Control: congestionControl(p.CC)}
 	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("exs: tcp anchor: %w", err)
+		return nil, fmt.Errorf("tcp anchor: %w", err)
 	}
 	defer ln.Close()
 	d := net.Dialer{Control: congestionControl(p.CC)}
@@ -47,12 +47,12 @@ func (*tcpTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 	if err != nil {
 		ln.Close()
 		<-ch
-		return nil, fmt.Errorf("exs: tcp anchor: %w", err)
+		return nil, fmt.Errorf("tcp anchor: %w", err)
 	}
 	acc := <-ch
 	if acc.err != nil {
 		w.Close()
-		return nil, fmt.Errorf("exs: tcp anchor: %w", acc.err)
+		return nil, fmt.Errorf("tcp anchor: %w", acc.err)
 	}
 	tp := &tcpPair{p: p, w: w.(*net.TCPConn), r: acc.c.(*net.TCPConn)}
 	tp.cc = connCongestion(tp.w)
@@ -142,13 +142,13 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 		k, err := tp.r.Read(buf)
 		if tp.p.Verify && k > 0 {
 			if off := checkPattern(buf[:k], uint64(bytes), byte(tp.p.Seed)); off >= 0 {
-				rerr = fmt.Errorf("exs: tcp anchor: wrong byte at stream offset %d", bytes+int64(off))
+				rerr = fmt.Errorf("tcp anchor: wrong byte at stream offset %d", bytes+int64(off))
 				break
 			}
 		}
 		bytes += int64(k)
 		if err != nil {
-			rerr = fmt.Errorf("exs: tcp anchor: %w", err)
+			rerr = fmt.Errorf("tcp anchor: %w", err)
 			break
 		}
 		if e := win.check(time.Since(start)); e != edgeNone {
@@ -172,7 +172,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 		return result{}, rerr
 	}
 	if werr != nil {
-		return result{}, fmt.Errorf("exs: tcp anchor: %w", werr)
+		return result{}, fmt.Errorf("tcp anchor: %w", werr)
 	}
 	return result{
 		Bytes: rm[1].bytes - rm[0].bytes, Msgs: wm[1].msgs - wm[0].msgs, Elapsed: rm[1].at.Sub(rm[0].at),
@@ -184,7 +184,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 
 func (tp *tcpPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
 	if w != waitBlock && w != waitBusy {
-		return nil, fmt.Errorf("exs: tcp anchor: wait mode %v does not apply", w)
+		return nil, fmt.Errorf("tcp anchor: wait mode %v does not apply", w)
 	}
 	var stop atomic.Bool
 	echoErr := make(chan error, 1)
@@ -196,7 +196,7 @@ func (tp *tcpPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 		err = eerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("exs: tcp anchor: %w", err)
+		return nil, fmt.Errorf("tcp anchor: %w", err)
 	}
 	return rts, nil
 }

@@ -59,7 +59,7 @@ func connCongestion(c *net.TCPConn) string {
 }
 
 // errStopped reports a busy-poll loop ended by its stop function.
-var errStopped = errors.New("exs: stopped")
+var errStopped = errors.New("stopped")
 
 // spinIO runs f with read and write functions that work on c's socket
 // without blocking: they retry on EAGAIN, spinning on the CPU, and give up

@@ -15,16 +15,16 @@ func congestionControl(name string) func(network, address string, c syscall.RawC
 		return nil
 	}
 	return func(string, string, syscall.RawConn) error {
-		return errors.New("exs: setting the congestion control needs Linux (use --cc '')")
+		return errors.New("setting the congestion control needs Linux (use --cc '')")
 	}
 }
 
 func connCongestion(*net.TCPConn) string { return "unknown" }
 
-var errStopped = errors.New("exs: stopped")
+var errStopped = errors.New("stopped")
 
 func spinIO(*net.TCPConn, func() bool, func(read, write func([]byte) (int, error)) error) error {
-	return errors.New("exs: busy polling a socket needs Linux")
+	return errors.New("busy polling a socket needs Linux")
 }
 
 const busyPollSupported = false

@@ -164,7 +164,7 @@ var transports = []struct {
 }
 
 // errUnavailable marks a transport that cannot run here (yet).
-var errUnavailable = fmt.Errorf("exs: transport not available")
+var errUnavailable = fmt.Errorf("transport not available")
 
 func transportNames() string {
 	var b strings.Builder

@@ -40,6 +40,8 @@ func child(role, arg string) int {
 	switch role {
 	case "ending":
 		err = childEnding(arg)
+	case "dial":
+		err = childDial(arg)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

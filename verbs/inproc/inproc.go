@@ -38,6 +38,7 @@ var (
 	_ verbs.LinkListener = (*listener)(nil)
 	_ verbs.LinkRequest  = (*request)(nil)
 	_ verbs.Link         = (*link)(nil)
+	_ verbs.PeerReporter = (*link)(nil)
 )
 
 // Provider is the in-process provider. It is safe for concurrent use. The
@@ -46,6 +47,7 @@ var (
 type Provider struct {
 	mu        sync.Mutex
 	listeners map[string]*listener
+	dials     atomic.Uint64 // names the connecting ends
 }
 
 // New returns a provider with an empty registry.
@@ -70,7 +72,7 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.listeners[name]; ok {
-		return nil, fmt.Errorf("exs: inproc: listen %s: %w", addr, syscall.EADDRINUSE)
+		return nil, fmt.Errorf("inproc: listen %s: %w", addr, syscall.EADDRINUSE)
 	}
 	if p.listeners == nil {
 		p.listeners = make(map[string]*listener)
@@ -97,18 +99,20 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 		private: append([]byte(nil), private...),
 		active:  ep,
 		done:    make(chan struct{}),
+		name:    fmt.Sprintf("%s@%d", Scheme, p.dials.Add(1)),
+		to:      Scheme + name,
 	}
 	p.mu.Lock()
 	l := p.listeners[name]
 	if l == nil {
 		p.mu.Unlock()
-		return nil, nil, fmt.Errorf("exs: inproc: no listener at %s: %w", addr, syscall.ECONNREFUSED)
+		return nil, nil, fmt.Errorf("inproc: no listener at %s: %w", addr, syscall.ECONNREFUSED)
 	}
 	select {
 	case l.backlog <- r:
 	default:
 		p.mu.Unlock()
-		return nil, nil, fmt.Errorf("exs: inproc: backlog of %s full: %w", addr, syscall.ECONNREFUSED)
+		return nil, nil, fmt.Errorf("inproc: backlog of %s full: %w", addr, syscall.ECONNREFUSED)
 	}
 	p.mu.Unlock()
 
@@ -119,7 +123,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 		if r.state == statePending {
 			r.state = stateCancelled
 			r.mu.Unlock()
-			return nil, nil, fmt.Errorf("exs: inproc: connect %s: %w", addr, ctx.Err())
+			return nil, nil, fmt.Errorf("inproc: connect %s: %w", addr, ctx.Err())
 		}
 		r.mu.Unlock() // answered meanwhile: take the answer
 	}
@@ -147,16 +151,16 @@ func (l *listener) Addr() string { return Scheme + l.name }
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
 	select {
 	case <-l.closed:
-		return nil, fmt.Errorf("exs: inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
+		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
 	default:
 	}
 	select {
 	case r := <-l.backlog:
 		return r, nil
 	case <-l.closed:
-		return nil, fmt.Errorf("exs: inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
+		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("exs: inproc: accept on %s: %w", l.Addr(), ctx.Err())
+		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), ctx.Err())
 	}
 }
 
@@ -195,6 +199,8 @@ type request struct {
 	private []byte
 	active  *verbs.Endpoint
 	done    chan struct{} // closed when answered
+	name    string        // the connecting end's: "inproc:@N"
+	to      string        // the listener's address
 
 	mu    sync.Mutex
 	state int
@@ -210,7 +216,7 @@ func (r *request) answerLocked(state int, private []byte) error {
 	switch r.state {
 	case statePending:
 	case stateCancelled:
-		return fmt.Errorf("exs: inproc: requester gave up: %w", syscall.ECONNABORTED)
+		return fmt.Errorf("inproc: requester gave up: %w", syscall.ECONNABORTED)
 	default:
 		return fmt.Errorf("%w: connection request already answered", verbs.ErrInvalid)
 	}
@@ -225,8 +231,8 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := &conn{}
-	c.ends[0] = link{c: c, local: r.active, peer: ep}
-	c.ends[1] = link{c: c, local: ep, peer: r.active}
+	c.ends[0] = link{c: c, local: r.active, peer: ep, addrs: verbs.Peer{LocalAddr: r.name, RemoteAddr: r.to}}
+	c.ends[1] = link{c: c, local: ep, peer: r.active, addrs: verbs.Peer{LocalAddr: r.to, RemoteAddr: r.name}}
 	if err := r.answerLocked(stateAccepted, private); err != nil {
 		return nil, err
 	}
@@ -251,7 +257,13 @@ type conn struct {
 type link struct {
 	c           *conn
 	local, peer *verbs.Endpoint
+	addrs       verbs.Peer
 }
+
+// Peer returns the two ends' names: the listener's address, and "inproc:@N"
+// for the connecting end (N counts the provider's connects). The peer is
+// this process: there are no credentials to tell.
+func (l *link) Peer() verbs.Peer { return l.addrs }
 
 // Transmit hands m to the peer's endpoint, which places it (copying from
 // the initiator's memory) before returning.

@@ -75,7 +75,7 @@ func (a *arena) contains(addr, n uint64) bool {
 func (p *Provider) Alloc(n int) ([]byte, error) {
 	ps := os.Getpagesize()
 	if n <= 0 || uint64(n) > maxArena {
-		return nil, fmt.Errorf("exs: shm: allocate %d bytes: %w", n, mreg.ErrInvalid)
+		return nil, fmt.Errorf("shm: allocate %d bytes: %w", n, mreg.ErrInvalid)
 	}
 	size := (n + ps - 1) &^ (ps - 1)
 	fd, m, err := createArena(uint64(size))
@@ -102,7 +102,7 @@ func (p *Provider) Alloc(n int) ([]byte, error) {
 // is safe for concurrent use.
 func (p *Provider) Free(b []byte) error {
 	if len(b) == 0 && cap(b) == 0 {
-		return fmt.Errorf("exs: shm: free memory not from Alloc: %w", mreg.ErrInvalid)
+		return fmt.Errorf("shm: free memory not from Alloc: %w", mreg.ErrInvalid)
 	}
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	p.mu.Lock()
@@ -110,10 +110,10 @@ func (p *Provider) Free(b []byte) error {
 	switch {
 	case a == nil:
 		p.mu.Unlock()
-		return fmt.Errorf("exs: shm: free memory not from Alloc: %w", mreg.ErrInvalid)
+		return fmt.Errorf("shm: free memory not from Alloc: %w", mreg.ErrInvalid)
 	case a.regs > 0:
 		p.mu.Unlock()
-		return fmt.Errorf("exs: shm: free memory with %d live registrations: %w", a.regs, mreg.ErrBusy)
+		return fmt.Errorf("shm: free memory with %d live registrations: %w", a.regs, mreg.ErrBusy)
 	}
 	delete(p.arenas, base)
 	var flush []*link
@@ -131,7 +131,7 @@ func (p *Provider) Free(b []byte) error {
 	err := unix.Munmap(a.m)
 	unix.Close(a.fd)
 	if err != nil {
-		return fmt.Errorf("exs: shm: munmap of %d bytes: %w", len(a.m), err)
+		return fmt.Errorf("shm: munmap of %d bytes: %w", len(a.m), err)
 	}
 	return nil
 }
@@ -151,7 +151,7 @@ func (p *Provider) arenaOf(addr, n uint64) *arena {
 func createArena(size uint64) (int, []byte, error) {
 	fd, err := unix.MemfdCreate("exs-shm-alloc", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, nil, fmt.Errorf("exs: shm: memfd_create: %w", err)
+		return -1, nil, fmt.Errorf("shm: memfd_create: %w", err)
 	}
 	if err = unix.Ftruncate(fd, int64(size)); err == nil {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, wantSeals)
@@ -162,7 +162,7 @@ func createArena(size uint64) (int, []byte, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, nil, fmt.Errorf("exs: shm: shared allocation of %d bytes: %w", size, err)
+		return -1, nil, fmt.Errorf("shm: shared allocation of %d bytes: %w", size, err)
 	}
 	return fd, m, nil
 }

@@ -80,9 +80,9 @@ func codeOf(err error) uint32 {
 // errOf returns the error the initiator reports for an outcome code.
 func errOf(code uint32) error {
 	if code < uint32(len(codeErrs)) && codeErrs[code] != nil {
-		return fmt.Errorf("exs: shm: refused by peer: %w", codeErrs[code])
+		return fmt.Errorf("shm: refused by peer: %w", codeErrs[code])
 	}
-	return errors.New("exs: shm: the peer failed the operation")
+	return errors.New("shm: the peer failed the operation")
 }
 
 // Termination kinds carried by recTerm.
@@ -93,7 +93,7 @@ const (
 
 // errProtocol reports a peer that broke the rules of the shared rings or
 // of the handshake.
-var errProtocol = errors.New("exs: shm: protocol violation by peer")
+var errProtocol = errors.New("shm: protocol violation by peer")
 
 // How long one sleep of a receiver on its futex lasts at most: a safety
 // net, wake-ups do not depend on it (the tests stretch it to minutes, so
@@ -209,8 +209,9 @@ type link struct {
 	pd      *verbs.PD
 	side    int
 	peerPID int
-	pidfd   int      // a pidfd of the peer process, or -1 (pidfd_linux.go)
-	pidf    *os.File // pidfd, while watchPeerProcess's goroutine waits on it
+	addrs   verbs.Peer // the ends' addresses and the peer's credentials
+	pidfd   int        // a pidfd of the peer process, or -1 (pidfd_linux.go)
+	pidf    *os.File   // pidfd, while watchPeerProcess's goroutine waits on it
 	pidDone chan struct{}
 	cma     bool            // cross-memory attach works both ways
 	cmaErr  string          // why not, if it does not
@@ -338,6 +339,11 @@ func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *li
 	return l
 }
 
+// Peer returns the ends' addresses and the peer process's credentials,
+// from the kernel (SO_PEERCRED). A connecting end has no address of its
+// own: it is named "shm:@PID", its process's pid.
+func (l *link) Peer() verbs.Peer { return l.addrs }
+
 // start runs the receiver and the watchers.
 func (l *link) start() {
 	l.p.sendArenas(l)
@@ -430,7 +436,7 @@ func (l *link) direct(m *verbs.Message, alone bool) (bool, error) {
 	defer l.peer.access.Add(-1)
 	var err error
 	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
+		err = fmt.Errorf("shm: peer terminated: %w", verbs.ErrClosed)
 	} else if e := &l.theirs[slotOf(m.RKey)]; e.state.Load() != entryLive {
 		err = mreg.ErrInvalidKey
 	} else {
@@ -474,7 +480,7 @@ func (l *link) direct(m *verbs.Message, alone bool) (bool, error) {
 		if !alone {
 			return false, nil
 		}
-		return true, fmt.Errorf("exs: shm: %v by cross-memory attach: %w", m.Op, err)
+		return true, fmt.Errorf("shm: %v by cross-memory attach: %w", m.Op, err)
 	}
 	l.st.direct.Add(1)
 	return true, nil
@@ -972,7 +978,7 @@ func (l *link) onPeerGone() {
 		l.processResp()
 	}
 	if !l.peerTerm {
-		l.ep.Terminated(fmt.Errorf("exs: shm: peer closed the connection: %w", syscall.ECONNRESET))
+		l.ep.Terminated(fmt.Errorf("shm: peer closed the connection: %w", syscall.ECONNRESET))
 	}
 }
 
@@ -1267,7 +1273,7 @@ func (l *link) waitIn() ([]byte, error) {
 			return rec, err
 		}
 		if l.stop.Load() || l.peerGone.Load() {
-			return nil, fmt.Errorf("exs: shm: connection ended in the middle of a message: %w", io.ErrUnexpectedEOF)
+			return nil, fmt.Errorf("shm: connection ended in the middle of a message: %w", io.ErrUnexpectedEOF)
 		}
 		if l.pumpIfPending() {
 			continue
@@ -1386,7 +1392,7 @@ func (r *payloadReader) pull(p []byte) (int, error) {
 	r.off += n
 	r.rem -= n
 	if err != nil {
-		return n, fmt.Errorf("exs: shm: read the initiator's memory: %w", err)
+		return n, fmt.Errorf("shm: read the initiator's memory: %w", err)
 	}
 	return n, nil
 }
@@ -1411,7 +1417,7 @@ func (l *link) peerTransfer(v *iovecs, write bool, k int, first bool) (int, erro
 	var n int
 	var err error
 	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("exs: shm: peer terminated: %w", verbs.ErrClosed)
+		err = fmt.Errorf("shm: peer terminated: %w", verbs.ErrClosed)
 	} else {
 		n, err = l.cmaTransfer(v, write, k)
 	}
@@ -1491,7 +1497,7 @@ func (w *sinkWriter) Write(b []byte) (int, error) {
 	w.off += n
 	w.rem -= n
 	if err != nil {
-		return n, fmt.Errorf("exs: shm: write the initiator's memory: %w", err)
+		return n, fmt.Errorf("shm: write the initiator's memory: %w", err)
 	}
 	return n, nil
 }

@@ -32,7 +32,7 @@ import (
 
 // errPeerGone is the error of a cross-memory-attach call refused because
 // the peer process is gone.
-var errPeerGone = fmt.Errorf("exs: shm: peer process gone: %w", syscall.ECONNRESET)
+var errPeerGone = fmt.Errorf("shm: peer process gone: %w", syscall.ECONNRESET)
 
 // peerPidfd returns a pidfd of the process at the other end of the socket,
 // whose pid is pid: SO_PEERPIDFD (Linux 6.5) names the very process that
@@ -58,7 +58,7 @@ func peerPidfd(c *net.UnixConn, pid int) (int, error) {
 	case !errors.Is(gerr, unix.ENOPROTOOPT):
 		// The peer's process is gone (EINVAL, ESRCH): pidfd_open of
 		// its pid could name another process.
-		return -1, fmt.Errorf("exs: shm: pidfd of the peer: %w", gerr)
+		return -1, fmt.Errorf("shm: pidfd of the peer: %w", gerr)
 	}
 	fd, err = unix.PidfdOpen(pid, 0)
 	switch {
@@ -67,7 +67,7 @@ func peerPidfd(c *net.UnixConn, pid int) (int, error) {
 	case errors.Is(err, unix.ENOSYS):
 		return -1, nil
 	}
-	return -1, fmt.Errorf("exs: shm: pidfd_open of the peer: %w", err)
+	return -1, fmt.Errorf("shm: pidfd_open of the peer: %w", err)
 }
 
 // pidfdExited reports whether the process of the pidfd has exited: a

@@ -48,7 +48,7 @@ const (
 // process) until the connection ends, and returns the exit status.
 func receiverMain(addr string) int {
 	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "exs: shm: receiver: %v\n", err)
+		fmt.Fprintf(os.Stderr, "shm: receiver: %v\n", err)
 		return 1
 	}
 	dev, err := verbs.Open(shm.New(rateOptions(os.Getenv(pollerEnv) != "")...))

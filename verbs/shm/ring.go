@@ -188,7 +188,7 @@ func maxRecord(size uint64) int { return int(min(size/4, 64<<10)) }
 
 // errCorrupt reports a record that breaks the ring's rules: the peer is
 // faulty or hostile.
-var errCorrupt = errors.New("exs: shm: corrupt record from peer")
+var errCorrupt = errors.New("shm: corrupt record from peer")
 
 // producer is the writing end of a ring. It is thread-compatible: the
 // link serializes its use.

@@ -336,21 +336,28 @@ func (p *Provider) probePeer(pid int, addr, want uint64) string {
 
 // peerPID returns the pid of the socket's peer, from the kernel.
 func peerPID(c *net.UnixConn) (int, error) {
+	cred, err := peerCred(c)
+	return cred.PID, err
+}
+
+// peerCred returns the credentials of the socket's peer process, from the
+// kernel (SO_PEERCRED: as they were when it connected).
+func peerCred(c *net.UnixConn) (verbs.Cred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return verbs.Cred{}, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return verbs.Cred{}, err
 	}
 	if cerr != nil {
-		return 0, cerr
+		return verbs.Cred{}, cerr
 	}
-	return int(cred.Pid), nil
+	return verbs.Cred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
 }
 
 // Listen binds a Unix socket at the path of addr ("shm:PATH"). It returns
@@ -362,7 +369,7 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
-		return nil, fmt.Errorf("exs: shm: listen %s: %w", addr, err)
+		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
 	}
 	ln.SetUnlinkOnClose(true)
 	l := &listener{
@@ -398,16 +405,16 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
 	select {
 	case <-l.closed:
-		return nil, fmt.Errorf("exs: shm: accept on %s: %w", l.addr, verbs.ErrClosed)
+		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
 	default:
 	}
 	select {
 	case r := <-l.backlog:
 		return r, nil
 	case <-l.closed:
-		return nil, fmt.Errorf("exs: shm: accept on %s: %w", l.addr, verbs.ErrClosed)
+		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("exs: shm: accept on %s: %w", l.addr, ctx.Err())
+		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, ctx.Err())
 	}
 }
 
@@ -488,10 +495,11 @@ func (l *listener) handshake(c *net.UnixConn) {
 func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
 	p := l.p
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
-	pid, err := peerPID(c)
+	cred, err := peerCred(c)
 	if err != nil {
 		return nil, err
 	}
+	pid := cred.PID
 	// The pidfd first, then the probe (pidfd_linux.go).
 	pidfd, perr := peerPidfd(c, pid)
 	defer func() {
@@ -536,7 +544,7 @@ func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
 		return nil, errProtocol
 	}
 	r = &request{
-		l: l, conn: c, m: m, lo: lo, pid: pid, pidfd: pidfd, peerRNR: rnr,
+		l: l, conn: c, m: m, lo: lo, pid: pid, cred: cred, pidfd: pidfd, peerRNR: rnr,
 		private: append([]byte(nil), b[requestLen:requestLen+plen]...),
 	}
 	r.cmaErr = p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
@@ -583,7 +591,7 @@ func parseReply(b []byte) (replyMsg, error) {
 	}
 	plen := int(binary.LittleEndian.Uint16(b[8:]))
 	if plen > verbs.MaxPrivateData || len(b) != replyLen+plen {
-		return replyMsg{}, fmt.Errorf("exs: shm: reply of %d bytes with %d bytes of private data: %w", len(b), plen, errProtocol)
+		return replyMsg{}, fmt.Errorf("shm: reply of %d bytes with %d bytes of private data: %w", len(b), plen, errProtocol)
 	}
 	m := replyMsg{kind: b[4], cma: b[6] != 0, private: b[replyLen:]}
 	switch m.kind {
@@ -591,10 +599,10 @@ func parseReply(b []byte) (replyMsg, error) {
 	case replyAccept:
 		m.rnr = verbs.RNRPolicy(b[5])
 		if !validRNR(m.rnr) {
-			return replyMsg{}, fmt.Errorf("exs: shm: listener's accept carries RNR policy %d: %w", b[5], errProtocol)
+			return replyMsg{}, fmt.Errorf("shm: listener's accept carries RNR policy %d: %w", b[5], errProtocol)
 		}
 	default:
-		return replyMsg{}, fmt.Errorf("exs: shm: reply of unknown kind %d: %w", m.kind, errProtocol)
+		return replyMsg{}, fmt.Errorf("shm: reply of unknown kind %d: %w", m.kind, errProtocol)
 	}
 	return m, nil
 }
@@ -627,6 +635,7 @@ type request struct {
 	m       []byte
 	lo      layout
 	pid     int
+	cred    verbs.Cred
 	pidfd   int // of the peer process, or -1; the link's once accepted
 	peerRNR verbs.RNRPolicy
 	private []byte
@@ -667,12 +676,13 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 	}
 	l := newLink(r.l.p, 1, r.m, r.lo, r.conn)
 	l.ep, l.pd, l.peerPID, l.peerRNR = ep, ep.PD(), r.pid, r.peerRNR
+	l.addrs = verbs.Peer{LocalAddr: r.l.addr, RemoteAddr: fmt.Sprintf("%s@%d", Scheme, r.pid), Cred: &r.cred}
 	l.pidfd, r.pidfd = r.pidfd, -1
 	l.cma, l.cmaErr = r.cmaErr == "", r.cmaErr
 	r.l.p.addLink(l)
 	if err := r.reply(replyAccept, ep.RNR(), private); err != nil {
 		l.abandon()
-		return nil, fmt.Errorf("exs: shm: requester gone: %w: %w", syscall.ECONNABORTED, err)
+		return nil, fmt.Errorf("shm: requester gone: %w: %w", syscall.ECONNABORTED, err)
 	}
 	l.start()
 	return l, nil
@@ -704,12 +714,12 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 	c, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("exs: shm: connect %s: %w", addr, ctx.Err())
+			return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, ctx.Err())
 		}
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, nil, fmt.Errorf("exs: shm: no listener at %s: %w", addr, syscall.ECONNREFUSED)
+			return nil, nil, fmt.Errorf("shm: no listener at %s: %w", addr, syscall.ECONNREFUSED)
 		}
-		return nil, nil, fmt.Errorf("exs: shm: connect %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, err)
 	}
 	uc := c.(*net.UnixConn)
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
@@ -723,7 +733,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 		if ctx.Err() != nil && !errors.Is(err, verbs.ErrRejected) {
 			err = ctx.Err()
 		}
-		return nil, nil, fmt.Errorf("exs: shm: connect %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, err)
 	}
 	l.start()
 	return l, reply, nil
@@ -731,11 +741,12 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 
 // dial runs the dialer's half of the rendezvous.
 func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*link, []byte, error) {
-	pid, err := peerPID(c)
+	cred, err := peerCred(c)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
+	pid := cred.PID
 	// The pidfd first, then the probe (pidfd_linux.go).
 	pidfd, perr := peerPidfd(c, pid)
 	fail := func(err error) (*link, []byte, error) {
@@ -771,6 +782,7 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 		nonce: binary.LittleEndian.Uint64(nb[:])}
 	l := newLink(p, 0, m, lo, c)
 	l.ep, l.pd, l.peerPID, l.pidfd = ep, ep.PD(), pid, pidfd
+	l.addrs = verbs.Peer{LocalAddr: fmt.Sprintf("%s@%d", Scheme, os.Getpid()), Cred: &cred}
 	p.addLink(l)
 
 	binary.LittleEndian.PutUint32(b[0:], msgMagic)

@@ -12,7 +12,7 @@ import (
 )
 
 // errUnsupported reports that the provider needs Linux.
-var errUnsupported = errors.New("exs: shm: the same-host provider needs Linux")
+var errUnsupported = errors.New("shm: the same-host provider needs Linux")
 
 // Provider is the same-host provider. Outside Linux it cannot connect:
 // Listen and Dial fail.

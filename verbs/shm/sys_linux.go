@@ -59,7 +59,7 @@ const wantSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 func createMapping(size uint64) (fd int, m []byte, err error) {
 	fd, err = unix.MemfdCreate("exs-shm", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, nil, fmt.Errorf("exs: shm: memfd_create: %w", err)
+		return -1, nil, fmt.Errorf("shm: memfd_create: %w", err)
 	}
 	if err = unix.Ftruncate(fd, int64(size)); err == nil {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, wantSeals)
@@ -69,7 +69,7 @@ func createMapping(size uint64) (fd int, m []byte, err error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, nil, fmt.Errorf("exs: shm: shared mapping of %d bytes: %w", size, err)
+		return -1, nil, fmt.Errorf("shm: shared mapping of %d bytes: %w", size, err)
 	}
 	return fd, m, nil
 }
@@ -79,18 +79,18 @@ func createMapping(size uint64) (fd int, m []byte, err error) {
 func mapPeer(fd int, size uint64) ([]byte, error) {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&wantSeals != wantSeals {
-		return nil, fmt.Errorf("exs: shm: peer's mapping is not sealed (%v): %w", err, errProtocol)
+		return nil, fmt.Errorf("shm: peer's mapping is not sealed (%v): %w", err, errProtocol)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("exs: shm: fstat of peer's mapping: %w", err)
+		return nil, fmt.Errorf("shm: fstat of peer's mapping: %w", err)
 	}
 	if uint64(st.Size) != size {
-		return nil, fmt.Errorf("exs: shm: peer's mapping has %d bytes, want %d: %w", st.Size, size, errProtocol)
+		return nil, fmt.Errorf("shm: peer's mapping has %d bytes, want %d: %w", st.Size, size, errProtocol)
 	}
 	m, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("exs: shm: map peer's mapping: %w", err)
+		return nil, fmt.Errorf("shm: map peer's mapping: %w", err)
 	}
 	return m, nil
 }

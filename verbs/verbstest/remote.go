@@ -48,7 +48,7 @@ func ServePeer(ctx context.Context, p Peer, r io.Reader, w io.Writer) error {
 		case err == nil:
 			closed = true
 		case errors.Is(err, io.EOF):
-			err = fmt.Errorf("exs: verbstest: peer stream ended without Close: %w", io.ErrUnexpectedEOF)
+			err = fmt.Errorf("verbstest: peer stream ended without Close: %w", io.ErrUnexpectedEOF)
 		}
 	case <-ctx.Done():
 		err = context.Cause(ctx)
@@ -77,7 +77,7 @@ func ServePeer(ctx context.Context, p Peer, r io.Reader, w io.Writer) error {
 		return nil
 	}
 	if cerr != nil {
-		err = errors.Join(err, fmt.Errorf("exs: verbstest: closing the peer: %w", cerr))
+		err = errors.Join(err, fmt.Errorf("verbstest: closing the peer: %w", cerr))
 	}
 	return err
 }
@@ -125,7 +125,7 @@ func (s *server) readLoop(r io.Reader) error {
 			}
 			s.start(m)
 		default:
-			return fmt.Errorf("exs: verbstest: malformed message: kind %d from the client", m.Kind)
+			return fmt.Errorf("verbstest: malformed message: kind %d from the client", m.Kind)
 		}
 	}
 }
@@ -179,7 +179,7 @@ func (s *server) reply(m *msg) {
 	}
 	if _, err := s.w.Write(b); err != nil {
 		s.mu.Lock()
-		s.werr = fmt.Errorf("exs: verbstest: writing to the client: %w", err)
+		s.werr = fmt.Errorf("verbstest: writing to the client: %w", err)
 		close(s.wfail)
 		s.mu.Unlock()
 	}
@@ -206,7 +206,7 @@ func (s *server) qp(h uint64) (PeerQP, error) {
 	if q := s.qps[h]; q != nil {
 		return q, nil
 	}
-	return nil, fmt.Errorf("exs: verbstest: no queue pair %d at the peer: %w", h, verbs.ErrInvalid)
+	return nil, fmt.Errorf("verbstest: no queue pair %d at the peer: %w", h, verbs.ErrInvalid)
 }
 
 func (s *server) mr(h uint64) (PeerMR, error) {
@@ -215,7 +215,7 @@ func (s *server) mr(h uint64) (PeerMR, error) {
 	if m := s.mrs[h]; m != nil {
 		return m, nil
 	}
-	return nil, fmt.Errorf("exs: verbstest: no region %d at the peer: %w", h, verbs.ErrInvalid)
+	return nil, fmt.Errorf("verbstest: no region %d at the peer: %w", h, verbs.ErrInvalid)
 }
 
 func (s *server) sgl(in []wireSGE) ([]PeerSGE, error) {
@@ -234,7 +234,7 @@ func (s *server) sgl(in []wireSGE) ([]PeerSGE, error) {
 func (s *server) handle(ctx context.Context, m *msg) (rep *msg) {
 	defer func() {
 		if v := recover(); v != nil {
-			rep = &msg{Err: encodeError(fmt.Errorf("exs: verbstest: peer panicked in %v: %v", m.Op, v))}
+			rep = &msg{Err: encodeError(fmt.Errorf("verbstest: peer panicked in %v: %v", m.Op, v))}
 		}
 	}()
 	rep = &msg{}
@@ -276,7 +276,7 @@ func (s *server) handle(ctx context.Context, m *msg) (rep *msg) {
 			}
 		}
 	default:
-		err = fmt.Errorf("exs: verbstest: unknown request %v: %w", m.Op, verbs.ErrInvalid)
+		err = fmt.Errorf("verbstest: unknown request %v: %w", m.Op, verbs.ErrInvalid)
 	}
 	rep.Err = encodeError(err)
 	return rep
@@ -286,7 +286,7 @@ func (s *server) handleQP(ctx context.Context, q PeerQP, m, rep *msg) error {
 	switch m.Op {
 	case opRegister:
 		if m.N < 0 || m.N > maxRegion {
-			return fmt.Errorf("exs: verbstest: region of %d bytes: %w", m.N, verbs.ErrInvalid)
+			return fmt.Errorf("verbstest: region of %d bytes: %w", m.N, verbs.ErrInvalid)
 		}
 		r, err := q.Register(int(m.N), m.Access)
 		if err != nil {
@@ -394,13 +394,13 @@ func (c *remotePeer) readLoop(r io.Reader) {
 	for {
 		m, err := readFrame(r)
 		if err == nil && m.Kind != kindReply {
-			err = fmt.Errorf("exs: verbstest: malformed message: kind %d from the peer", m.Kind)
+			err = fmt.Errorf("verbstest: malformed message: kind %d from the peer", m.Kind)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			dead = fmt.Errorf("exs: verbstest: connection to the peer lost: %w: %w", verbs.ErrClosed, err)
+			dead = fmt.Errorf("verbstest: connection to the peer lost: %w: %w", verbs.ErrClosed, err)
 			break
 		}
 		c.mu.Lock()
@@ -411,7 +411,7 @@ func (c *remotePeer) readLoop(r io.Reader) {
 			ch <- m // buffered
 		}
 		if m.Op == opClose {
-			dead = fmt.Errorf("exs: verbstest: remote peer closed: %w", verbs.ErrClosed)
+			dead = fmt.Errorf("verbstest: remote peer closed: %w", verbs.ErrClosed)
 			break
 		}
 	}
@@ -427,7 +427,7 @@ func (c *remotePeer) call(ctx context.Context, m msg) (msg, error) {
 	c.mu.Lock()
 	if c.closed && m.Op != opClose {
 		c.mu.Unlock()
-		return msg{}, fmt.Errorf("exs: verbstest: remote peer %v after Close: %w", m.Op, verbs.ErrClosed)
+		return msg{}, fmt.Errorf("verbstest: remote peer %v after Close: %w", m.Op, verbs.ErrClosed)
 	}
 	if c.dead != nil {
 		c.mu.Unlock()
@@ -470,7 +470,7 @@ func (c *remotePeer) call(ctx context.Context, m msg) (msg, error) {
 		return c.lost(ch)
 	case <-grace.C:
 		c.forget(id)
-		return msg{}, fmt.Errorf("exs: verbstest: peer did not answer %v after cancellation: %w", m.Op, ctx.Err())
+		return msg{}, fmt.Errorf("verbstest: peer did not answer %v after cancellation: %w", m.Op, ctx.Err())
 	}
 }
 
@@ -521,7 +521,7 @@ func (c *remotePeer) send(m *msg) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.sentLast {
-		return fmt.Errorf("exs: verbstest: remote peer %v after Close: %w", m.Op, verbs.ErrClosed)
+		return fmt.Errorf("verbstest: remote peer %v after Close: %w", m.Op, verbs.ErrClosed)
 	}
 	b, err := appendFrame(c.wbuf[:0], m)
 	if err != nil {
@@ -535,7 +535,7 @@ func (c *remotePeer) send(m *msg) error {
 		c.wbuf = b[:0]
 	}
 	if err != nil {
-		return fmt.Errorf("exs: verbstest: sending %v to the peer: %w: %w", m.Op, verbs.ErrClosed, err)
+		return fmt.Errorf("verbstest: sending %v to the peer: %w: %w", m.Op, verbs.ErrClosed, err)
 	}
 	return nil
 }
@@ -570,7 +570,7 @@ func (c *remotePeer) Connect(ctx context.Context, addr string, spec QPSpec, priv
 func (c *remotePeer) ping(ctx context.Context) error {
 	rep, err := c.call(ctx, msg{Op: opPing})
 	if err == nil && rep.N != protocolVersion {
-		err = fmt.Errorf("exs: verbstest: peer speaks protocol version %d, want %d", rep.N, protocolVersion)
+		err = fmt.Errorf("verbstest: peer speaks protocol version %d, want %d", rep.N, protocolVersion)
 	}
 	return err
 }
@@ -585,7 +585,7 @@ func (c *remotePeer) Close() error {
 		cancel()
 		c.closeErr = err
 		if werr := c.w.Close(); c.closeErr == nil && werr != nil {
-			c.closeErr = fmt.Errorf("exs: verbstest: closing the stream to the peer: %w", werr)
+			c.closeErr = fmt.Errorf("verbstest: closing the stream to the peer: %w", werr)
 		}
 		if rc, ok := c.r.(io.Closer); ok {
 			rc.Close()
@@ -614,7 +614,7 @@ func (q *remoteQP) wireSGL(in []PeerSGE) ([]wireSGE, error) {
 	for i, s := range in {
 		m, ok := s.MR.(*remoteMR)
 		if !ok || m.c != q.c {
-			return nil, fmt.Errorf("exs: verbstest: scatter/gather element %d names a region (%T) not of this peer: %w", i, s.MR, verbs.ErrInvalid)
+			return nil, fmt.Errorf("verbstest: scatter/gather element %d names a region (%T) not of this peer: %w", i, s.MR, verbs.ErrInvalid)
 		}
 		out[i] = wireSGE{MR: m.h, Off: int64(s.Off), Len: int64(s.Len), Key: s.Key}
 	}

@@ -55,7 +55,7 @@ func PeerProcessMain(newProvider func() verbs.Provider) {
 	in := os.NewFile(peerInFD, "verbstest-peer-in")
 	out := os.NewFile(peerOutFD, "verbstest-peer-out")
 	if in == nil || out == nil {
-		fmt.Fprintf(os.Stderr, "exs: verbstest: peer process: %s set but no stream on descriptors %d and %d\n", PeerEnv, peerInFD, peerOutFD)
+		fmt.Fprintf(os.Stderr, "verbstest: peer process: %s set but no stream on descriptors %d and %d\n", PeerEnv, peerInFD, peerOutFD)
 		os.Exit(2)
 	}
 	p := newProvider()
@@ -63,19 +63,19 @@ func PeerProcessMain(newProvider func() verbs.Provider) {
 		// The stream is over: whatever happens, do not outlive it for
 		// long.
 		time.AfterFunc(peerExitGrace, func() {
-			fmt.Fprintf(os.Stderr, "exs: verbstest: peer process: still cleaning up %v after the stream ended; exiting\n", peerExitGrace)
+			fmt.Fprintf(os.Stderr, "verbstest: peer process: still cleaning up %v after the stream ended; exiting\n", peerExitGrace)
 			os.Exit(3)
 		})
 	}}
 	err := ServePeer(context.Background(), NewLocalPeer(p, addr), r, out)
 	if c, ok := p.(io.Closer); ok {
 		if cerr := c.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("exs: verbstest: closing the provider: %w", cerr))
+			err = errors.Join(err, fmt.Errorf("verbstest: closing the provider: %w", cerr))
 		}
 	}
 	out.Close()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "exs: verbstest: peer process %d: %v\n", os.Getpid(), err)
+		fmt.Fprintf(os.Stderr, "verbstest: peer process %d: %v\n", os.Getpid(), err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -140,7 +140,7 @@ func StartPeerProcess(t testing.TB, listenAddr string) *ProcessPeer {
 	defer cancel()
 	if err := pp.rp.ping(ctx); err != nil {
 		pp.Kill()
-		t.Fatalf("exs: verbstest: peer process %d does not answer (does TestMain call verbstest.PeerProcessMain?): %v", pp.Pid(), err)
+		t.Fatalf("verbstest: peer process %d does not answer (does TestMain call verbstest.PeerProcessMain?): %v", pp.Pid(), err)
 	}
 	return pp
 }
@@ -148,13 +148,13 @@ func StartPeerProcess(t testing.TB, listenAddr string) *ProcessPeer {
 func startPeerProcess(listenAddr string) (*ProcessPeer, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("exs: verbstest: peer process: %w", err)
+		return nil, fmt.Errorf("verbstest: peer process: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, fmt.Errorf("exs: verbstest: peer process: %w", err)
+		return nil, fmt.Errorf("verbstest: peer process: %w", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -176,7 +176,7 @@ func startPeerProcess(listenAddr string) (*ProcessPeer, error) {
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		return nil, fmt.Errorf("exs: verbstest: starting the peer process: %w", err)
+		return nil, fmt.Errorf("verbstest: starting the peer process: %w", err)
 	}
 	pp := &ProcessPeer{cmd: cmd, exited: make(chan struct{})}
 	go func() {
@@ -228,7 +228,7 @@ func (pp *ProcessPeer) close() (first bool) {
 		case <-timer.C:
 			pp.cmd.Process.Kill()
 			<-pp.exited
-			err = errors.Join(err, fmt.Errorf("exs: verbstest: peer process %d did not exit %v after Close; killed", pp.Pid(), peerExitGrace))
+			err = errors.Join(err, fmt.Errorf("verbstest: peer process %d did not exit %v after Close; killed", pp.Pid(), peerExitGrace))
 		}
 		pp.mu.Lock()
 		killed := pp.killed
@@ -237,7 +237,7 @@ func (pp *ProcessPeer) close() (first bool) {
 		case killed:
 			// Its death was asked for.
 		case pp.werr != nil:
-			pp.closeErr = errors.Join(err, fmt.Errorf("exs: verbstest: peer process %d: %w", pp.Pid(), pp.werr))
+			pp.closeErr = errors.Join(err, fmt.Errorf("verbstest: peer process %d: %w", pp.Pid(), pp.werr))
 		default:
 			pp.closeErr = err
 		}

@@ -249,7 +249,7 @@ type decoder struct {
 	err error
 }
 
-var errShort = errors.New("exs: verbstest: message truncated")
+var errShort = errors.New("verbstest: message truncated")
 
 func (d *decoder) take(n int) []byte {
 	if d.err != nil {
@@ -309,7 +309,7 @@ func (d *decoder) bool() bool {
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("exs: verbstest: malformed message: "+format, args...)
+		d.err = fmt.Errorf("verbstest: malformed message: "+format, args...)
 	}
 }
 
@@ -487,7 +487,7 @@ func appendFrame(b []byte, m *msg) ([]byte, error) {
 	b = m.marshal(b)
 	n := len(b) - start - 4
 	if n > maxFrame {
-		return b[:start], fmt.Errorf("exs: verbstest: %v message of %d bytes exceeds %d", m.Op, n, maxFrame)
+		return b[:start], fmt.Errorf("verbstest: %v message of %d bytes exceeds %d", m.Op, n, maxFrame)
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(n))
 	return b, nil
@@ -504,7 +504,7 @@ func readFrame(r io.Reader) (msg, error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > maxFrame {
-		return msg{}, fmt.Errorf("exs: verbstest: malformed message: frame of %d bytes exceeds %d", n, maxFrame)
+		return msg{}, fmt.Errorf("verbstest: malformed message: frame of %d bytes exceeds %d", n, maxFrame)
 	}
 	var payload []byte
 	if n <= 64<<10 {

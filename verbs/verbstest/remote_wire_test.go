@@ -27,7 +27,7 @@ var wireMsgs = []msg{
 	{Kind: kindReply, ID: 6, Op: opPoll, WCs: []verbs.WC{
 		{WRID: 1, Status: verbs.StatusSuccess, Opcode: verbs.WCRecvWithImm, Flags: verbs.WCWithImm, QPNum: 9, ByteLen: 100, Imm: 5},
 		{WRID: 2, Status: verbs.StatusFlushed, Opcode: verbs.WCSend},
-	}, Err: &wireError{Msg: "exs: verbstest: polled 2 of 3", Sentinels: []uint16{19}}},
+	}, Err: &wireError{Msg: "verbstest: polled 2 of 3", Sentinels: []uint16{19}}},
 	{Kind: kindReply, ID: 7, Op: opState, State: verbs.StateError},
 	{Kind: kindReply, ID: 8, Op: opConnect, Err: &wireError{Msg: "rejected", Sentinels: []uint16{5}, Errnos: []uint32{111}, Reject: true, RejectData: []byte{1, 2}}},
 	{Kind: kindCancel, ID: 9, Op: opServed},
