@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/exsgo/exs/dynproto/internal/mut"
+	"github.com/exsgo/exs/internal/errno"
 )
 
 // Mode selects how an engine moves data. Both ends of a connection must use
@@ -144,16 +145,8 @@ var (
 	ErrConfig = errors.New("invalid protocol configuration")
 	// ErrProtocol reports a frame that breaks the protocol: the peer is
 	// faulty or hostile. It matches syscall.EPROTO with errors.Is.
-	ErrProtocol error = errnoError{"protocol violation", syscall.EPROTO}
+	ErrProtocol error = errno.New("protocol violation", syscall.EPROTO)
 )
-
-type errnoError struct {
-	msg   string
-	errno syscall.Errno
-}
-
-func (e errnoError) Error() string        { return e.msg }
-func (e errnoError) Is(target error) bool { return target == e.errno }
 
 // Completion errors carried by Action.Err. They are syscall.Errno values, so
 // that an event keeps the errno it stands for.
