@@ -174,6 +174,14 @@ func (q *Queue[T]) PostBatch(evs []T) (int, error) {
 	return k, nil
 }
 
+// Blocked returns how many waiters are blocked on the queue (registered to
+// be woken, past their spinning), for tests and monitoring.
+func (q *Queue[T]) Blocked() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.nwait
+}
+
 // checkMin checks a dequeue's minimum count.
 func (q *Queue[T]) checkMin(events []T, min int) error {
 	switch {

@@ -156,7 +156,7 @@ func TestDequeueMinTimeoutContext(t *testing.T) {
 		n, _ := q.Dequeue(evs[:], 1, testTimeout)
 		done <- n
 	}()
-	time.Sleep(5 * time.Millisecond)
+	waitBlocked(t, q)
 	cancelNow("c6")
 	if n := <-done; n != 1 {
 		t.Errorf("woken waiter took %d events", n)

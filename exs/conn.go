@@ -678,6 +678,7 @@ func (c *conn) fail(err error, disconnect bool) {
 	c.canceled = 0
 	c.deadErr = err
 	if disconnect {
+		c.s.peerGone.Store(true)
 		st := c.eng.State()
 		c.graceful = st.FinSent && st.Sends == 0 && st.FinReceived
 		c.lostSends = st.Sends > 0

@@ -25,3 +25,19 @@ func SetFinishHook(f func(*Socket)) (restore func()) {
 	testHookFinish.Store(&f)
 	return func() { testHookFinish.Store(nil) }
 }
+
+// QueueBlocked returns how many Dequeue calls are blocked on q (past their
+// spinning), so that a test can act once a waiter really waits.
+func QueueBlocked(q *Queue) int { return q.eq.Blocked() }
+
+// PeerGone reports whether s's goroutine has seen the peer end the
+// connection.
+func PeerGone(s *Socket) bool { return s.peerGone.Load() }
+
+// AcceptWaiting reports whether the goroutine of the listening socket s is
+// waiting for a connection request (interruptible).
+func AcceptWaiting(s *Socket) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.interrupt != nil
+}

@@ -66,7 +66,7 @@ func TestQdeleteWithOperationsPosted(t *testing.T) {
 		_, err := q3.Dequeue(evs[:], 1, testTimeout)
 		done <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	waitBlocked(t, q3)
 	if err := p.st.Qdelete(q3); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,10 @@ func TestPeerClosesWithOperationsPosted(t *testing.T) {
 			if err := p.server.Send(p.q, make([]byte, 1<<20), nil, 0, "ss"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			if mode != exs.ModeDirectOnly {
+				// The send has filled the client's stream buffer.
+				waitUntil(t, "the server's send stalls", func() bool { return p.server.Stats().CreditStalls > 0 })
+			}
 			if err := p.client.Close(p.q, "close"); err != nil {
 				t.Fatal(err)
 			}
@@ -336,7 +339,7 @@ func TestOrderlyClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitType(t, p.q, exs.EventClose, "close")
-	time.Sleep(5 * time.Millisecond)
+	waitUntil(t, "the server sees the client go", func() bool { return exs.PeerGone(p.server) })
 	if err := p.server.Recv(p.q, buf, nil, 0, "after"); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +390,8 @@ func TestCancelAccept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(5 * time.Millisecond)
+	// The cancel interrupts the goroutine's wait for a request.
+	waitUntil(t, "the listener waits for a request", func() bool { return exs.AcceptWaiting(ln) })
 	if err := ln.Cancel(q, "cancel"); err != nil {
 		t.Fatal(err)
 	}
@@ -529,13 +533,20 @@ func TestConnectMismatch(t *testing.T) {
 func TestMessageTooLong(t *testing.T) {
 	for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
 		t.Run(mode.String(), func(t *testing.T) {
-			p := connect(t, exs.SockSeqPacket, exs.WithMode(mode))
+			// A stream buffer of 64 bytes: recvs of at least 2 bytes
+			// are advertised in dynamic mode (departure 12 withholds
+			// ADVERTs below a 32nd of it).
+			p := connect(t, exs.SockSeqPacket, exs.WithMode(mode), exs.WithStreamBuffer(64))
 			small := make([]byte, 10)
 			if err := p.server.Recv(p.q, small, nil, 0, "r1"); err != nil {
 				t.Fatal(err)
 			}
-			if mode == exs.ModeDynamic {
-				time.Sleep(5 * time.Millisecond) // let the ADVERT arrive: direct
+			direct := mode != exs.ModeIndirectOnly
+			if direct {
+				// The ADVERT is out; over the in-process provider it is in
+				// the client's completion queue, which the client's
+				// goroutine polls before it takes the send.
+				waitUntil(t, "the server advertises its recv", func() bool { return p.server.Stats().AdvertsSent == 1 })
 			}
 			if err := p.client.Send(p.q, make([]byte, 20), nil, 0, "big"); err != nil {
 				t.Fatal(err)
@@ -543,6 +554,15 @@ func TestMessageTooLong(t *testing.T) {
 			got := collect(t, p.q, 2)
 			checkErr(t, "send", got["big"].Err, "send", syscall.EMSGSIZE)
 			checkErr(t, "recv", got["r1"].Err, "recv", syscall.EMSGSIZE)
+			// The path the test names was the path taken: the refusal
+			// went with the ADVERT (direct) or through the stream buffer.
+			cs := p.client.Stats()
+			if direct && (cs.AdvertsUsed != 1 || cs.TransfersIndirect != 0) {
+				t.Errorf("%v: the too-long message did not go direct: ADVERTs used %d, indirect transfers %d", mode, cs.AdvertsUsed, cs.TransfersIndirect)
+			}
+			if !direct && (cs.TransfersIndirect == 0 || cs.AdvertsUsed != 0) {
+				t.Errorf("%v: the too-long message did not go through the stream buffer: %+v", mode, cs.Stats)
+			}
 			// The connection goes on: an empty message, then a fitting one.
 			if err := p.client.Send(p.q, nil, nil, 0, "empty"); err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package exs_test
 
 import (
 	"context"
+	"runtime"
 	"errors"
 	"fmt"
 	"strings"
@@ -178,5 +179,30 @@ func TestSmokeEcho(t *testing.T) {
 			t.Logf("client %+v", p.client.Stats())
 			t.Logf("server %+v", p.server.Stats())
 		})
+	}
+}
+
+// waitBlocked waits until a Dequeue is blocked on q, past its spinning, so
+// that what the test does next must wake it.
+func waitBlocked(t testing.TB, q *exs.Queue) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for exs.QueueBlocked(q) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no Dequeue blocked on the queue")
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitUntil waits until cond holds, failing the test after testTimeout.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, testTimeout)
+		}
+		runtime.Gosched()
 	}
 }

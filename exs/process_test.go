@@ -460,8 +460,13 @@ func TestProcessPeerKilled(t *testing.T) {
 			posted++
 		}
 	}
-	// Let what can move move, then kill the peer.
-	time.Sleep(50 * time.Millisecond)
+	// Kill the peer once the sockets whose bytes can move (the peer
+	// posts no recv: those with a stream buffer) have filled it.
+	for _, s := range socks {
+		if s.Mode() != exs.ModeDirectOnly {
+			waitUntil(t, "the stream buffer fills", func() bool { return s.Stats().CreditStalls > 0 })
+		}
+	}
 	if err := pp.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

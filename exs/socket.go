@@ -141,6 +141,7 @@ type Socket struct {
 	running   bool // a goroutine serves the socket
 	closing   bool
 	closingA  atomic.Bool // closing, readable without mu
+	peerGone  atomic.Bool // the peer ended the connection (tests wait on it)
 	closeQ    *Queue
 	closeUser any
 	cancelReq bool               // a cancel waits to be handled

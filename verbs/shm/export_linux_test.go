@@ -10,3 +10,15 @@ func SetSleepCap(d time.Duration) { sleepCap = d }
 func SetParkLease(d time.Duration) time.Duration {
 	return time.Duration(parkLease.Swap(int64(d)))
 }
+
+// Unpolls returns how many times pollers of p's connections said they stop
+// polling (Unpoll, before a CQ wait blocks).
+func Unpolls(p *Provider) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for l := range p.links {
+		n += l.unpolls.Load()
+	}
+	return n
+}

@@ -210,24 +210,28 @@ type link struct {
 	side    int
 	peerPID int
 	addrs   verbs.Peer // the ends' addresses and the peer's credentials
-	pidfd   int        // a pidfd of the peer process, or -1 (pidfd_linux.go)
-	pidf    *os.File   // pidfd, while watchPeerProcess's goroutine waits on it
-	pidDone chan struct{}
-	cma     bool            // cross-memory attach works both ways
-	cmaErr  string          // why not, if it does not
-	peerRNR verbs.RNRPolicy // the peer queue pair's policy, applied here
-	conn    *net.UnixConn
-	m       []byte
-	me      *sideBlock
-	peer    *sideBlock
-	mine    table // published by this side
-	theirs  table // published by the peer
-	reqOut  producer
-	respOut producer
-	reqIn   consumer
-	respIn  consumer
-	maxReq  int // largest request record
-	maxResp int // largest response record
+	// pidChecks counts the pidfd watcher's looks at the peer process: after
+	// the first that finds it running, the watcher waits in the runtime's
+	// poller (tests wait for it).
+	pidChecks atomic.Int32
+	pidfd     int      // a pidfd of the peer process, or -1 (pidfd_linux.go)
+	pidf      *os.File // pidfd, while watchPeerProcess's goroutine waits on it
+	pidDone   chan struct{}
+	cma       bool            // cross-memory attach works both ways
+	cmaErr    string          // why not, if it does not
+	peerRNR   verbs.RNRPolicy // the peer queue pair's policy, applied here
+	conn      *net.UnixConn
+	m         []byte
+	me        *sideBlock
+	peer      *sideBlock
+	mine      table // published by this side
+	theirs    table // published by the peer
+	reqOut    producer
+	respOut   producer
+	reqIn     consumer
+	respIn    consumer
+	maxReq    int // largest request record
+	maxResp   int // largest response record
 
 	txMu     sync.Mutex
 	term     bool // Terminate was called

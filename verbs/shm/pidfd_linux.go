@@ -121,7 +121,7 @@ func (l *link) watchPeerProcess() {
 		// Read returns once the callback reports the exit, or when
 		// exit closes the file (or the file cannot be polled: then
 		// only the socket and failed calls tell).
-		if rc.Read(func(fd uintptr) bool { return pidfdExited(int(fd)) }) == nil {
+		if rc.Read(func(fd uintptr) bool { l.pidChecks.Add(1); return pidfdExited(int(fd)) }) == nil {
 			l.markPeerGone()
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,7 +106,11 @@ func TestCMAPeerExitWatched(t *testing.T) {
 	cmd, pidfd := childPidfd(t)
 	l := cmaLink(t, cmd.Process.Pid, pidfd)
 	l.watchPeerProcess()
-	time.Sleep(20 * time.Millisecond) // the goroutine waits in the poller
+	// The watcher has looked once and found the peer running: it waits in
+	// the poller, which must wake it at the exit.
+	for l.pidChecks.Load() == 0 {
+		runtime.Gosched()
+	}
 	if l.peerGone.Load() {
 		t.Fatal("peer gone while it runs")
 	}

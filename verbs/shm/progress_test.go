@@ -141,6 +141,7 @@ func TestUnpollHandsBack(t *testing.T) {
 	p.pollUntilParked(64, 1, 17)
 
 	got := make(chan verbs.WC, 1)
+	before := shm.Unpolls(p.b)
 	go func() {
 		wcs := make([]verbs.WC, 1)
 		if _, err := p.qb.Config().RecvCQ.Wait(p.ctx, wcs, 1); err != nil {
@@ -148,7 +149,14 @@ func TestUnpollHandsBack(t *testing.T) {
 		}
 		got <- wcs[0]
 	}()
-	time.Sleep(20 * time.Millisecond) // the Wait spins 50 us, then blocks
+	// The Wait spins, then unpolls before it blocks: from then on only
+	// the receiver goroutine can deliver what comes.
+	for shm.Unpolls(p.b) == before {
+		if p.ctx.Err() != nil {
+			t.Fatal("the Wait never stopped polling")
+		}
+		runtime.Gosched()
+	}
 	off := p.sent
 	p.post(33)
 	p.check(<-got, off, 33)
