@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -217,7 +218,7 @@ func TestRemotePeerServerGone(t *testing.T) {
 		_, _, err := peer.Served(context.Background())
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitCall(t, peer)
 	cancel() // the server stops: it answers Served with Canceled, then its end closes
 	if err := <-served; !errors.Is(err, context.Canceled) {
 		t.Errorf("ServePeer after its context ended: %v, want Canceled", err)
@@ -292,7 +293,7 @@ func TestPeerProcessKill(t *testing.T) {
 		_, _, err := pp.Served(ctx) // nobody connects
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitCall(t, pp)
 	start := time.Now()
 	if err := pp.Kill(); err != nil {
 		t.Fatal(err)
@@ -313,5 +314,17 @@ func TestPeerProcessKill(t *testing.T) {
 	}
 	if err := pp.Close(); err != nil {
 		t.Errorf("Close after Kill: %v", err)
+	}
+}
+
+// waitCall waits until a call of p is in progress (sent, no reply yet).
+func waitCall(t *testing.T, p verbstest.Peer) {
+	t.Helper()
+	deadline := time.Now().Add(verbstest.Timeout)
+	for verbstest.CallsInFlight(p) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no call in progress")
+		}
+		runtime.Gosched()
 	}
 }
