@@ -27,6 +27,10 @@ var (
 // meets TCP back-pressure instead of making this side allocate.
 const maxCtlQueued = 4096
 
+// flushCtl is how many control FPDUs the receiver queues at most before
+// it writes them.
+const flushCtl = 64
+
 // holdCheck is how often a receiver that holds a SEND for want of a RECV
 // looks whether the peer closed the connection meanwhile.
 const holdCheck = 50 * time.Millisecond
@@ -68,6 +72,7 @@ type txItem struct {
 	tail    [8]byte
 	kind    uint8
 	started bool         // some of it was written
+	fence   bool         // a fence's Read Request
 	region  *mreg.Region // released once written (itemResp)
 	respEnd bool         // the last FPDU of a READ response
 	priv    []byte       // its unwritten rest, copied at Terminate
@@ -114,11 +119,10 @@ type link struct {
 	sinkSeq     uint32
 	recs        []record
 	rh          int
-	fences      int // fences outstanding
-	unfenced    int // confirmable messages sent since the last READ or fence
 	respPending int // READ responses with data not yet written
 	ctlQueued   int
 	rxBusy      bool      // the receiver reads into a message's memory
+	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
 	rxTerm      *termInfo // the Terminate the receiver decided on
 
 	// Receiver only.
@@ -180,6 +184,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
+	r.idle = l.idle
 	l.dec = decoder{r: r, crc: crc}
 	l.pl.l = l
 	l.sink.l = l
@@ -222,6 +227,9 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	if l.term {
 		return true, verbs.ErrClosed
 	}
+	// A fence not yet written at the queue's tail goes: the one after
+	// this message (or its own response, for a READ) covers the same.
+	l.dropFenceLocked()
 	segs := m.Segments()
 	r := record{m: m}
 	switch m.Op {
@@ -251,16 +259,29 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 		return true, fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, m.Op)
 	}
 	l.recs = append(l.recs, r)
-	if m.Op == verbs.OpRead {
-		l.unfenced = 0 // its response confirms what was sent before it
-	} else {
-		l.unfenced++
-		if l.fences == 0 || l.unfenced >= l.p.opts.fenceEvery {
-			l.pushFenceLocked(0)
-		}
+	if m.Op != verbs.OpRead {
+		l.pushFenceLocked(0)
 	}
 	l.flushLocked()
 	return false, nil
+}
+
+// dropFenceLocked takes back the fence at the queue's tail if none of it
+// was written: its record is the last, its MSN the last taken.
+func (l *link) dropFenceLocked() {
+	if l.qh == len(l.q) {
+		return
+	}
+	it := l.q[len(l.q)-1]
+	if !it.fence || it.started {
+		return
+	}
+	l.q[len(l.q)-1] = nil
+	l.q = l.q[:len(l.q)-1]
+	l.retire(it)
+	l.recs[len(l.recs)-1] = record{}
+	l.recs = l.recs[:len(l.recs)-1]
+	l.readMSN--
 }
 
 // pushFenceLocked queues a zero-length READ of no memory (params is its
@@ -268,10 +289,9 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 // ready-to-receive message) and records it.
 func (l *link) pushFenceLocked(params uint64) {
 	l.recs = append(l.recs, record{kind: recFence, rmsn: l.readMSN})
-	l.fences++
-	l.unfenced = 0
 	rr := readRequest{srcTO: params}
 	l.pushReadLocked(&rr)
+	l.q[len(l.q)-1].fence = params == 0
 }
 
 // pushReadLocked queues an RDMA Read Request.
@@ -640,6 +660,17 @@ func (l *link) frame(h *header) bool {
 	return l.violated(violation(layerRDMAP, etypeRemoteOperation, codeUnexpectedOp, "opcode %d", h.op))
 }
 
+// idle writes the control FPDUs the receiver queued, once it has read all
+// the socket holds (sockReader calls it before it waits).
+func (l *link) idle() {
+	l.mu.Lock()
+	if l.ctlHeld {
+		l.ctlHeld = false
+		l.flushLocked()
+	}
+	l.mu.Unlock()
+}
+
 // waitTx waits while a READ response of this side is not yet written (a
 // later message may change the memory it reads) or too many control FPDUs
 // are queued. It fails once the link ends or the socket failed.
@@ -650,6 +681,7 @@ func (l *link) waitTx() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for (l.respPending > 0 || l.ctlQueued >= maxCtlQueued) && l.txErr == nil && !l.term {
+		l.flushLocked()
 		l.cond.Wait()
 	}
 	switch {
@@ -706,12 +738,19 @@ func (l *link) onReadRequest(h *header) bool {
 				}
 			}
 		}
+		// The response goes with the next write, or when the receiver
+		// has read all there is (idle): a burst of fences is answered
+		// with one writev.
 		l.mu.Lock()
 		if !l.term || l.grace {
 			it := l.item(itemCtl)
 			h := putTagged(it.hdr[:], opReadResp, true, rr.sinkSTag, rr.sinkTO, 0)
 			l.pushCtlItem(it, len(h))
-			l.flushLocked()
+			if l.grace || l.ctlQueued >= flushCtl {
+				l.flushLocked()
+			} else {
+				l.ctlHeld = true
+			}
 		}
 		l.mu.Unlock()
 		return true
@@ -842,18 +881,11 @@ func (l *link) onReadResponse(h *header) bool {
 		if m := l.recs[j].m; m != nil {
 			l.completions = append(l.completions, m)
 		}
-		if l.recs[j].kind == recFence {
-			l.fences--
-		}
 		l.recs[j] = record{}
 	}
 	l.rh = i + 1
 	if l.rh == len(l.recs) {
 		l.recs, l.rh = l.recs[:0], 0
-	}
-	if l.unfenced > 0 && l.fences == 0 {
-		l.pushFenceLocked(0)
-		l.flushLocked()
 	}
 	l.mu.Unlock()
 	for k, m := range l.completions {

@@ -373,9 +373,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 		}
 		return nil, nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
+	// ctx's end interrupts the exchange (and is seen as ctx.Err() then).
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.Write(appendMPA(nil, mpaFrame{crc: p.opts.crc, rev: mpaRevision, private: private})); err != nil {

@@ -74,12 +74,17 @@ func (x *iovecs) writev(fd int, bufs [][]byte) (int, error) {
 // those copies, as it does not see the peer's, so that memory placed for a
 // peer and read after a completion that came back through the socket is
 // not reported as a race. It is thread-compatible and does not allocate.
+//
+// idle, if set, is called when a Read finds nothing to read, before it
+// waits.
 type sockReader struct {
-	rc  syscall.RawConn
-	p   []byte
-	n   int
-	err error
-	fn  func(uintptr) bool
+	rc    syscall.RawConn
+	idle  func()
+	p     []byte
+	n     int
+	err   error
+	waits bool // this Read already called idle
+	fn    func(uintptr) bool
 }
 
 func newSockReader(c *net.TCPConn) (*sockReader, error) {
@@ -99,6 +104,11 @@ func (r *sockReader) read(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if !r.waits && r.idle != nil {
+				r.waits = true
+				r.idle()
+				continue // what idle did may have taken a while
+			}
 			return false
 		case 0:
 			r.n = int(n)
@@ -121,7 +131,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	if err == nil {
 		err = r.err
 	}
-	r.p, r.n, r.err = nil, 0, nil
+	r.p, r.n, r.err, r.waits = nil, 0, nil, false
 	if err != nil {
 		return 0, err
 	}

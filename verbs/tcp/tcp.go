@@ -62,24 +62,20 @@ const (
 	// peer to take its last bytes and close its side, before it closes
 	// the socket anyway.
 	DefaultLinger = 2 * time.Second
-	// DefaultFenceEvery is how many messages an initiator sends at most
-	// between two fences while one is outstanding.
-	DefaultFenceEvery = 32
 )
 
 // Option configures a Provider.
 type Option func(*options)
 
 type options struct {
-	crc        bool
-	handshake  time.Duration
-	linger     time.Duration
-	segment    int
-	fenceEvery int
+	crc       bool
+	handshake time.Duration
+	linger    time.Duration
+	segment   int
 }
 
 func defaultOptions() options {
-	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger, fenceEvery: DefaultFenceEvery}
+	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger}
 }
 
 // WithoutCRC asks for no MPA CRC: the provider does not set the CRC flag
@@ -116,17 +112,6 @@ func WithSegmentSize(n int) Option {
 	return func(o *options) {
 		if n > 0 {
 			o.segment = min(max(n, 64), maxULPDU)
-		}
-	}
-}
-
-// WithFenceEvery sets how many messages an initiator sends at most
-// between two fences while a fence is outstanding (DefaultFenceEvery);
-// with none outstanding, a message is always followed by one.
-func WithFenceEvery(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.fenceEvery = n
 		}
 	}
 }
