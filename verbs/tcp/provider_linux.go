@@ -205,6 +205,7 @@ func (l *listener) handshake(c *net.TCPConn) {
 	if err != nil {
 		if errors.Is(err, errMPA) {
 			c.Write(appendMPA(nil, mpaFrame{reply: true, reject: true, rev: mpaRevision}))
+			closeGently(c)
 		}
 		return
 	}
@@ -335,7 +336,7 @@ func (r *request) Reject(private []byte) error {
 	c := r.c
 	c.SetWriteDeadline(time.Now().Add(r.l.p.opts.handshake))
 	_, err := c.Write(appendMPA(nil, mpaFrame{reply: true, reject: true, rev: mpaRevision, private: private}))
-	c.Close()
+	closeGently(c)
 	if err != nil {
 		return fmt.Errorf("tcp: reject %s: %w", addrOf(c.RemoteAddr()), err)
 	}
@@ -411,6 +412,17 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 	reply := append([]byte(nil), f.private...)
 	l.start()
 	return l, reply, nil
+}
+
+// closeGently closes a connection whose reply was written: it shuts its
+// writing side down and reads what the peer still sends (at most 64 KiB,
+// for at most 100 ms) before it closes, so that unread bytes do not make
+// the close a reset that could destroy the reply before the peer reads it.
+func closeGently(c *net.TCPConn) {
+	c.CloseWrite()
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	c.Close()
 }
 
 // writeTerminate writes one Terminate FPDU on a connection that has no
