@@ -403,7 +403,17 @@ func (l *link) flushLocked() {
 	for l.qh < len(l.q) && !l.gated && l.txErr == nil {
 		bufs := l.gather[:0]
 		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov; i++ {
-			bufs = append(bufs, l.q[i].iov...)
+			it := l.q[i]
+			if it.region != nil && len(it.iov) > 1 {
+				// The last FPDU of a READ response: its trailer goes
+				// in a write of its own, after the region's reference
+				// is dropped, so that the READ cannot complete (and
+				// its requester deregister the region) while this
+				// side still holds it.
+				bufs = append(bufs, it.iov[:len(it.iov)-1]...)
+				break
+			}
+			bufs = append(bufs, it.iov...)
 		}
 		l.gather = bufs
 		n, err := l.iov.writev(l.fd, bufs)
@@ -437,6 +447,10 @@ func (l *link) advanceLocked(n int) {
 			if n > 0 {
 				it.iov[0] = it.iov[0][n:]
 				it.started = true
+			}
+			if len(it.iov) == 1 && it.region != nil {
+				it.region.Release() // only the trailer is left
+				it.region = nil
 			}
 			return
 		}
@@ -768,6 +782,12 @@ func (l *link) onReadRequest(h *header) bool {
 	if err != nil {
 		return l.refused(err, h, &rr)
 	}
+	// The response: not before Deliver dropped its reference to the
+	// region, so that the requester, once its READ completes, finds the
+	// region free to deregister.
+	l.mu.Lock()
+	l.flushLocked()
+	l.mu.Unlock()
 	return true
 }
 
@@ -807,7 +827,8 @@ func (s *respSink) Write(b []byte) (int, error) {
 		last.region, last.respEnd = r, true
 		l.respPending++
 	}
-	l.flushLocked()
+	// Written once Deliver returned, and with it the reference it took
+	// (see onReadRequest).
 	return len(b), nil
 }
 
