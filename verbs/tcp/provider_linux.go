@@ -108,7 +108,8 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	if closed {
 		return nil, errProviderClosed
 	}
-	nl, err := net.Listen("tcp", hp)
+	lc := net.ListenConfig{Control: p.control}
+	nl, err := lc.Listen(context.Background(), "tcp", hp)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
 	}
@@ -361,7 +362,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 	if closed {
 		return nil, nil, errProviderClosed
 	}
-	var d net.Dialer
+	d := net.Dialer{Control: p.control}
 	nc, err := d.DialContext(ctx, "tcp", hp)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tcp: connect %s: %w", addr, err)
@@ -412,6 +413,22 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 	reply := append([]byte(nil), f.private...)
 	l.start()
 	return l, reply, nil
+}
+
+// control sets the options of a socket before it listens or connects (an
+// accepted socket inherits them from its listener).
+func (p *Provider) control(_, _ string, c syscall.RawConn) error {
+	if p.opts.cc == "" {
+		return nil
+	}
+	var err error
+	if cerr := c.Control(func(fd uintptr) { err = setCongestion(int(fd), p.opts.cc) }); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return fmt.Errorf("tcp: congestion control %q: %w", p.opts.cc, err)
+	}
+	return nil
 }
 
 // closeGently closes a connection whose reply was written: it shuts its

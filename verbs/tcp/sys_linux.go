@@ -85,6 +85,7 @@ type sockReader struct {
 	err   error
 	waits bool // this Read already called idle
 	fn    func(uintptr) bool
+	ready func(uintptr) bool
 }
 
 func newSockReader(c *net.TCPConn) (*sockReader, error) {
@@ -94,7 +95,81 @@ func newSockReader(c *net.TCPConn) (*sockReader, error) {
 	}
 	r := &sockReader{rc: rc}
 	r.fn = r.read
+	r.ready = r.hasData
 	return r, nil
+}
+
+// hasData reports whether fd has something to read, its end or an error;
+// before it says no the first time, it calls idle.
+func (r *sockReader) hasData(fd uintptr) bool {
+	for {
+		var b [1]byte
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if !r.waits && r.idle != nil {
+				r.waits = true
+				r.idle()
+				continue
+			}
+			return false
+		}
+		return true
+	}
+}
+
+// waitData waits in the runtime's poller until the connection has
+// something to read (see hasData), honouring its read deadline.
+func (r *sockReader) waitData() error {
+	err := r.rc.Read(r.ready)
+	r.waits = false
+	return err
+}
+
+// peek copies the next bytes fd holds into p without taking them or
+// waiting: errWouldBlock if none, 0 at the end of the stream.
+func peek(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case 0:
+			return int(n), nil
+		}
+		return 0, e
+	}
+}
+
+// inq returns how many bytes fd holds to read.
+func inq(fd int) int {
+	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// pollReader reads fd for a poller, which reads only bytes the socket
+// holds: it never waits in the runtime's poller (whose read lock the
+// receiver goroutine may hold). Should the socket hold less than it said,
+// it waits in poll(2), at most a second.
+type pollReader int
+
+func (fd pollReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for tries := 0; ; tries++ {
+		n, err := readNB(fd).Read(p)
+		if err != errWouldBlock || tries == 100 {
+			return n, err
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		unix.Poll(pfd, 10)
+	}
 }
 
 func (r *sockReader) read(fd uintptr) bool {
@@ -184,4 +259,18 @@ func maxSegment(fd int) int {
 		return 0
 	}
 	return n
+}
+
+// setCongestion sets the socket's TCP congestion control.
+func setCongestion(fd int, name string) error {
+	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+}
+
+// congestion returns the socket's TCP congestion control.
+func congestion(fd int) string {
+	s, err := unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	if err != nil {
+		return ""
+	}
+	return s
 }
