@@ -223,6 +223,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	l.sock = r
 	l.pr = pollReader(fd)
 	l.unpark = make(chan struct{}, 1)
+	l.rxTok.Store(1) // the receiver goroutine owns the decoder but while it parks
 	l.dec = decoder{r: r, crc: crc}
 	l.pl.l = l
 	l.sink.l = l
@@ -640,7 +641,6 @@ func (l *link) detachLocked() {
 // it (finish).
 func (l *link) run() {
 	defer l.finishRx()
-	l.rxTok.Store(1) // the receiver goroutine owns the decoder but while it parks
 	for {
 		if l.rxDone {
 			return // a poller ended the link

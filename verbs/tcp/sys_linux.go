@@ -80,7 +80,8 @@ func (x *iovecs) writev(fd int, bufs [][]byte) (int, error) {
 type sockReader struct {
 	rc    syscall.RawConn
 	idle  func()
-	p     []byte
+	p, q  []byte // q: a second buffer, for ReadVec
+	iov   [2]unix.Iovec
 	n     int
 	err   error
 	waits bool // this Read already called idle
@@ -158,14 +159,31 @@ func inq(fd int) int {
 // it waits in poll(2), at most a second.
 type pollReader int
 
-func (fd pollReader) Read(p []byte) (int, error) {
-	if len(p) == 0 {
+func (fd pollReader) Read(p []byte) (int, error) { return fd.ReadVec(p, nil) }
+
+// ReadVec reads into a then b with one readv.
+func (fd pollReader) ReadVec(a, b []byte) (int, error) {
+	if len(a) == 0 {
 		return 0, nil
 	}
+	var iov [2]unix.Iovec
 	for tries := 0; ; tries++ {
-		n, err := readNB(fd).Read(p)
-		if err != errWouldBlock || tries == 100 {
-			return n, err
+		var n uintptr
+		var e syscall.Errno
+		if len(b) > 0 {
+			n, e = readv2(uintptr(fd), &iov, a, b)
+		} else {
+			n, _, e = unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&a[0])), uintptr(len(a)))
+		}
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == 0 && n == 0:
+			return 0, io.EOF
+		case e == 0:
+			return int(n), nil
+		case e != unix.EAGAIN || tries == 100:
+			return 0, e
 		}
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		unix.Poll(pfd, 10)
@@ -174,7 +192,13 @@ func (fd pollReader) Read(p []byte) (int, error) {
 
 func (r *sockReader) read(fd uintptr) bool {
 	for {
-		n, _, e := unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		var n uintptr
+		var e syscall.Errno
+		if r.q != nil {
+			n, e = readv2(fd, &r.iov, r.p, r.q)
+		} else {
+			n, _, e = unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		}
 		switch e {
 		case unix.EINTR:
 			continue
@@ -206,7 +230,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	if err == nil {
 		err = r.err
 	}
-	r.p, r.n, r.err, r.waits = nil, 0, nil, false
+	r.p, r.q, r.n, r.err, r.waits = nil, nil, 0, nil, false
 	if err != nil {
 		return 0, err
 	}
@@ -214,6 +238,27 @@ func (r *sockReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// ReadVec reads at least one byte into a and then b (b only once a is
+// full), with one readv, waiting for it.
+func (r *sockReader) ReadVec(a, b []byte) (int, error) {
+	if len(b) == 0 {
+		return r.Read(a)
+	}
+	r.q = b
+	return r.Read(a)
+}
+
+// readv2 reads into a then b with one readv(2).
+func readv2(fd uintptr, iov *[2]unix.Iovec, a, b []byte) (uintptr, syscall.Errno) {
+	iov[0] = unix.Iovec{Base: &a[0]}
+	iov[0].SetLen(len(a))
+	iov[1] = unix.Iovec{Base: &b[0]}
+	iov[1].SetLen(len(b))
+	n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), 2)
+	*iov = [2]unix.Iovec{}
+	return n, e
 }
 
 // readNB reads what fd holds now, without waiting: errWouldBlock if

@@ -357,9 +357,17 @@ type decoder struct {
 	left int  // payload bytes of the current FPDU not yet read
 	open bool // between next and end
 
-	buf  [maxHeaderLen]byte // the current header; then bytes read ahead
-	have int                // bytes of the next FPDU already in buf
-	tail [3 + 4 + 16]byte   // padding, CRC and read-ahead
+	buf      [maxHeaderLen]byte // the current header; then bytes read ahead
+	have     int                // bytes of the next FPDU already in buf
+	tail     [3 + 4 + 16]byte   // padding, CRC and read-ahead
+	tailHave int                // bytes of tail read with the payload's last bytes
+}
+
+// vecReader is a reader that can fill two buffers with one read (readv):
+// the decoder reads an FPDU's last payload bytes, its padding and CRC and
+// the next FPDU's first bytes at once.
+type vecReader interface {
+	ReadVec(a, b []byte) (int, error)
 }
 
 // minHeader is what every FPDU starts with: its length and the shorter
@@ -483,11 +491,21 @@ func (d *decoder) read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := d.r.Read(p)
+	var n, more int
+	var err error
+	if vr, ok := d.r.(vecReader); ok && len(p) == d.left {
+		// The payload's last bytes, and with them the padding, the CRC
+		// and the next FPDU's first bytes.
+		n, err = vr.ReadVec(p, d.tail[:padOf(d.h.ulpdu)+4+minHeader])
+		n, more = min(n, len(p)), n-min(n, len(p))
+	} else {
+		n, err = d.r.Read(p)
+	}
 	if d.crc && n > 0 {
 		d.sum = crc32.Update(d.sum, castagnoli, p[:n])
 	}
 	d.left -= n
+	d.tailHave = more
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF // the FPDU is not over
 	}
@@ -533,12 +551,17 @@ func (d *decoder) end() error {
 	d.open = false
 	pad := padOf(d.h.ulpdu)
 	need := pad + 4
-	n, err := io.ReadAtLeast(d.r, d.tail[:need+minHeader], need)
-	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	n := d.tailHave
+	d.tailHave = 0
+	if n < need {
+		k, err := io.ReadAtLeast(d.r, d.tail[n:need+minHeader], need-n)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
 		}
-		return err
+		n += k
 	}
 	if d.crc {
 		sum := crc32.Update(d.sum, castagnoli, d.tail[:pad])
