@@ -816,16 +816,22 @@ func (l *link) Unpoll() {
 		return
 	}
 	l.unpolls.Add(1)
+	l.idle()
 	l.wakeRx()
 }
 
 // poll acts on the FPDUs the socket holds whole. Called by a poller
-// holding rxTok.
+// holding rxTok. The control FPDUs it owes (fence responses) wait for the
+// next write (a reply the application posts goes with them) or for a
+// Progress that finds nothing to do, Unpoll, or the receiver goroutine's
+// return.
 func (l *link) poll() bool {
 	l.polling = true
 	l.dec.r = l.pr
 	defer func() { l.polling = false }()
+	d := &l.dec
 	did := false
+	avail := -1 // bytes the socket holds beyond the read-ahead, once asked
 	for range 64 {
 		l.mu.Lock()
 		busy := l.term || l.respPending > 0 || l.ctlQueued >= maxCtlQueued
@@ -833,8 +839,11 @@ func (l *link) poll() bool {
 		if busy {
 			break
 		}
-		whole, more := l.frameHeld()
-		if !whole {
+		total, known, more := l.nextSize()
+		if known && d.have+avail < total {
+			avail = inq(l.fd) // asked again: it may have come meanwhile
+		}
+		if !known || d.have+avail < total {
 			if more {
 				// Bytes of an FPDU not yet whole, or the stream's end:
 				// for the receiver goroutine, which may wait.
@@ -843,7 +852,8 @@ func (l *link) poll() bool {
 			}
 			break
 		}
-		h, err := l.dec.next()
+		before := d.have
+		h, err := d.next()
 		if err != nil {
 			if !l.streamEnded(err) {
 				l.rxDone = true
@@ -866,15 +876,18 @@ func (l *link) poll() bool {
 			l.wakeRx()
 			break
 		}
+		avail -= total - before + d.have // what the FPDU and the read-ahead took
 	}
-	l.idle()
+	if !did {
+		l.idle()
+	}
 	return did
 }
 
-// frameHeld reports whether the socket (with the decoder's read-ahead)
-// holds the whole next FPDU, and, if not, whether it holds any of it or
-// its end.
-func (l *link) frameHeld() (whole, more bool) {
+// nextSize returns the length of the next FPDU if its length field is
+// known (read ahead, or in the socket), and whether the socket holds any
+// of it or its end.
+func (l *link) nextSize() (total int, known, more bool) {
 	d := &l.dec
 	var b [2]byte
 	n := copy(b[:], d.buf[:d.have])
@@ -882,17 +895,16 @@ func (l *link) frameHeld() (whole, more bool) {
 		k, err := peek(l.fd, b[n:])
 		switch {
 		case err == errWouldBlock:
-			return false, d.have > 0
+			return 0, false, d.have > 0
 		case err != nil || k == 0:
-			return false, true // the end of the stream, or an error
+			return 0, false, true // the end of the stream, or an error
 		}
 		if n += k; n < 2 {
-			return false, true
+			return 0, false, true
 		}
 	}
 	ulpdu := int(binary.BigEndian.Uint16(b[:]))
-	total := 2 + ulpdu + padOf(ulpdu) + 4
-	return d.have+inq(l.fd) >= total, true
+	return 2 + ulpdu + padOf(ulpdu) + 4, true, true
 }
 
 // toGrace reports whether err is the interruption of Terminate, between
