@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,8 +216,11 @@ func benchWrite(b *testing.B, size int, opts ...tcp.Option) {
 // BenchmarkRoundTrip sends 64 bytes one way and back, one round trip per
 // iteration: over the provider a SEND answered by a SEND, each consuming
 // a RECV posted in advance, both sides waiting on their CQ (adaptive: a
-// short spin, then a block); its anchor, rawtcp, a Write answered by a
-// Write on a loopback TCP connection, both sides blocking in Read.
+// spin of 50 us, then a block; with -poller, the spin does the receive
+// work); its anchors, rawtcp, a Write answered by a Write on a loopback
+// TCP connection, both sides blocking in Read, and rawtcp-spin, the same
+// with both sides spinning on non-blocking reads (yielding between them),
+// as the pollers do.
 func BenchmarkRoundTrip(b *testing.B) {
 	cc := benchCC(b)
 	const size = 64
@@ -244,6 +248,57 @@ func BenchmarkRoundTrip(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	b.Run("64B/rawtcp-spin", func(b *testing.B) {
+		c, s := rawPair(b, cc)
+		spinRead := func(conn *net.TCPConn, buf []byte) error {
+			rc, err := conn.SyscallConn()
+			if err != nil {
+				return err
+			}
+			for k := 0; k < len(buf); {
+				var n int
+				var rerr error
+				rc.Read(func(fd uintptr) bool {
+					n, rerr = unix.Read(int(fd), buf[k:])
+					return true
+				})
+				switch {
+				case rerr == unix.EAGAIN:
+					runtime.Gosched()
+				case rerr != nil:
+					return rerr
+				case n == 0:
+					return io.EOF
+				}
+				k += max(n, 0)
+			}
+			return nil
+		}
+		go func() {
+			buf := make([]byte, size)
+			for {
+				if err := spinRead(s, buf); err != nil {
+					return
+				}
+				if _, err := s.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if err := spinRead(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		c.Close()
 	})
 	for _, mode := range []struct {
 		name string

@@ -54,7 +54,9 @@ func FuzzMPAFrame(f *testing.F) {
 // the framing: each FPDU it accepts starts where the model says, its
 // header fields and payload are the bytes the model finds there, its CRC
 // was checked, and re-encoding it gives the same bytes back; and the
-// decoder never reads more than 16 bytes beyond the FPDU it works on.
+// decoder reads no payload byte with a header (but a control message's,
+// whose payload is the provider's own) and never more than 16 bytes
+// beyond the FPDU it works on.
 func FuzzFPDU(f *testing.F) {
 	f.Fuzz(func(t *testing.T, crc bool, b []byte) {
 		r := &countReader{r: bytes.NewReader(b)}
@@ -67,10 +69,16 @@ func FuzzFPDU(f *testing.F) {
 				checkDecodeError(t, err)
 				return
 			}
-			if r.n > off+2+untaggedHdr {
-				t.Fatalf("read %d bytes for a header at %d", r.n, off)
-			}
 			ulpdu := int(binary.BigEndian.Uint16(b[off:]))
+			// A header alone, but for a control message or an FPDU
+			// without payload, read whole with what follows it.
+			limit := off + h.hdrLen
+			if len(d.inline) > 0 || h.payload == 0 {
+				limit = off + 2 + ulpdu + padOf(ulpdu) + 4 + minHeader
+			}
+			if r.n > limit {
+				t.Fatalf("read %d bytes for an FPDU at %d (payload %d)", r.n, off, h.payload)
+			}
 			if h.ulpdu != ulpdu || h.payload != ulpdu-h.hdrLen+2 || !bytes.Equal(h.raw, b[off+2:off+h.hdrLen]) {
 				t.Fatalf("header %+v at %d, model: length %d, bytes %x", h, off, ulpdu, b[off:min(len(b), off+h.hdrLen)])
 			}

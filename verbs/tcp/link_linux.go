@@ -839,7 +839,10 @@ func (l *link) poll() bool {
 		if busy {
 			break
 		}
-		total, known, more := l.nextSize()
+		total, known, more, took := l.nextSize()
+		if avail >= 0 {
+			avail -= took
+		}
 		if known && d.have+avail < total {
 			avail = inq(l.fd) // asked again: it may have come meanwhile
 		}
@@ -885,26 +888,27 @@ func (l *link) poll() bool {
 }
 
 // nextSize returns the length of the next FPDU if its length field is
-// known (read ahead, or in the socket), and whether the socket holds any
-// of it or its end.
-func (l *link) nextSize() (total int, known, more bool) {
+// known (read ahead, or read now: the first bytes of the next FPDU, taken
+// from the socket without waiting, are the header's), whether the socket
+// holds any of it or its end, and how many bytes it took from the socket.
+func (l *link) nextSize() (total int, known, more bool, took int) {
 	d := &l.dec
-	var b [2]byte
-	n := copy(b[:], d.buf[:d.have])
-	if n < 2 {
-		k, err := peek(l.fd, b[n:])
+	if d.have < 2 {
+		k, err := readNB(l.fd).Read(d.buf[d.have:minHeader])
 		switch {
 		case err == errWouldBlock:
-			return 0, false, d.have > 0
-		case err != nil || k == 0:
-			return 0, false, true // the end of the stream, or an error
+			return 0, false, d.have > 0, 0
+		case err != nil:
+			return 0, false, true, 0 // the end of the stream, or an error
 		}
-		if n += k; n < 2 {
-			return 0, false, true
+		d.have += k
+		took = k
+		if d.have < 2 {
+			return 0, false, true, took
 		}
 	}
-	ulpdu := int(binary.BigEndian.Uint16(b[:]))
-	return 2 + ulpdu + padOf(ulpdu) + 4, true, true
+	ulpdu := int(binary.BigEndian.Uint16(d.buf[:]))
+	return 2 + ulpdu + padOf(ulpdu) + 4, true, true, took
 }
 
 // toGrace reports whether err is the interruption of Terminate, between

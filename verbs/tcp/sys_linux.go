@@ -129,21 +129,6 @@ func (r *sockReader) waitData() error {
 	return err
 }
 
-// peek copies the next bytes fd holds into p without taking them or
-// waiting: errWouldBlock if none, 0 at the end of the stream.
-func peek(fd int, p []byte) (int, error) {
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case unix.EINTR:
-			continue
-		case 0:
-			return int(n), nil
-		}
-		return 0, e
-	}
-}
-
 // inq returns how many bytes fd holds to read.
 func inq(fd int) int {
 	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)

@@ -361,6 +361,7 @@ type decoder struct {
 	have     int                // bytes of the next FPDU already in buf
 	tail     [3 + 4 + 16]byte   // padding, CRC and read-ahead
 	tailHave int                // bytes of tail read with the payload's last bytes
+	inline   []byte             // the payload, when read with the header (control messages)
 }
 
 // vecReader is a reader that can fill two buffers with one read (readv):
@@ -422,6 +423,16 @@ func (d *decoder) next() (*header, error) {
 	}
 	h.hdrLen = 2 + hl
 	h.payload = h.ulpdu - hl
+	// A control message (its payload the provider's own) or an FPDU
+	// without payload is read whole, with its padding and CRC and the
+	// next FPDU's first bytes, in one read.
+	inline := 0
+	if h.payload == 0 || !h.tagged && h.payload <= maxTermLen && (h.op == opReadReq || h.op == opImm || h.op == opImmSE || h.op == opTerminate) {
+		inline = h.payload
+		if err := d.readWhole(2 + hl + inline); err != nil {
+			return nil, err
+		}
+	}
 	h.raw = h.rawBuf[:copy(h.rawBuf[:], d.buf[2:2+hl])]
 	if h.tagged {
 		h.stag = binary.BigEndian.Uint32(d.buf[4:])
@@ -435,13 +446,45 @@ func (d *decoder) next() (*header, error) {
 	d.have = 0
 	d.open = true
 	d.left = h.payload
+	d.inline = d.buf[h.hdrLen : h.hdrLen+inline]
 	if d.crc {
-		d.sum = crc32.Update(0, castagnoli, d.buf[:h.hdrLen])
+		d.sum = crc32.Update(0, castagnoli, d.buf[:h.hdrLen+inline])
 	}
 	if err := checkHeader(h); err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// readWhole reads the FPDU up to byte n into buf (the decoder has
+// d.have of them) and its padding and CRC and up to minHeader bytes of the
+// next FPDU into tail, using one readv where the reader can.
+func (d *decoder) readWhole(n int) error {
+	need := padOf(int(binary.BigEndian.Uint16(d.buf[0:]))) + 4
+	vr, vec := d.r.(vecReader)
+	for d.have < n || d.tailHave < need {
+		var k int
+		var err error
+		switch {
+		case d.have < n && vec:
+			k, err = vr.ReadVec(d.buf[d.have:n], d.tail[:need+minHeader])
+			extra := max(0, d.have+k-n)
+			d.have, d.tailHave = min(n, d.have+k), extra
+		case d.have < n:
+			k, err = d.r.Read(d.buf[d.have:n])
+			d.have += k
+		default:
+			k, err = d.r.Read(d.tail[d.tailHave : need+minHeader])
+			d.tailHave += k
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // checkHeader checks versions, the opcode against the buffer model and
@@ -490,6 +533,12 @@ func (d *decoder) read(p []byte) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if len(d.inline) > 0 {
+		n := copy(p, d.inline) // the provider's own bytes, summed already
+		d.inline = d.inline[n:]
+		d.left -= n
+		return n, nil
 	}
 	var n, more int
 	var err error
