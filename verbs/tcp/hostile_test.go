@@ -693,3 +693,55 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestDialContext: a listener that accepts the TCP connection and never
+// answers the MPA request holds a Connect only as long as its context:
+// its deadline, or its cancellation, ends the connect with the context's
+// error, and the queue pair is back in Init.
+func TestDialContext(t *testing.T) {
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	go func() {
+		for {
+			c, err := nl.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			go io.Copy(io.Discard, c) // reads the request, answers nothing
+		}
+	}()
+	p := New()
+	defer p.Close()
+	dev, _ := verbs.Open(p)
+	defer dev.Close()
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(8, eventq.Options{})
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "tcp:" + nl.Addr().String()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := qp.Connect(ctx, addr, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Connect past its deadline: %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Connect returned %v after its deadline of 100ms", d)
+	}
+	if s := qp.State(); s != verbs.StateInit {
+		t.Errorf("state %v, want Init", s)
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel2)
+	if _, err := qp.Connect(ctx2, addr, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Connect canceled: %v, want Canceled", err)
+	}
+}
