@@ -134,6 +134,10 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	return l, nil
 }
 
+// maxHandshakes bounds the connections a listener waits for the MPA
+// request of at once.
+const maxHandshakes = 4 * Backlog
+
 // listener is a listening socket and the requests whose MPA request frame
 // arrived.
 type listener struct {
@@ -174,6 +178,13 @@ func (l *listener) acceptLoop() {
 			l.mu.Unlock()
 			c.Close()
 			return
+		}
+		if len(l.shaking) >= maxHandshakes {
+			// As many connections as that wait for their request: one
+			// more is dropped at once (each costs a goroutine).
+			l.mu.Unlock()
+			c.Close()
+			continue
 		}
 		l.shaking[c] = struct{}{}
 		l.wg.Add(1)
