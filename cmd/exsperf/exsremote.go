@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	"github.com/exsgo/exs/dynproto"
 	"github.com/exsgo/exs/exs"
 	"github.com/exsgo/exs/verbs/shm"
+	"github.com/exsgo/exs/verbs/tcp"
 )
 
 // exs between two processes. The client opens one control connection (an
@@ -109,8 +111,7 @@ type exsServer struct {
 }
 
 func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
-	prov := shm.New()
-	st, err := exs.NewStack(exs.WithProvider("shm", prov))
+	st, prov, err := exsStackFor(addr, false)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +131,37 @@ func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
 		st.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	return &exsServer{st: st, ln: ln, q: q, addr: addr, prov: prov, log: log}, nil
+	// A listener on port 0 (exs over TCP) reports the port it got.
+	return &exsServer{st: st, ln: ln, q: q, addr: ln.Addr(), prov: prov, log: log}, nil
+}
+
+// exsStackFor returns a stack that reaches addr, with the options opts:
+// over a same-host provider of its own (returned, for its statistics; eager
+// writes for data connections) for shm:PATH, over exs's default TCP
+// provider for tcp:HOST:PORT (nil returned).
+func exsStackFor(addr string, data bool, opts ...exs.Option) (*exs.Stack, *shm.Provider, error) {
+	if !strings.HasPrefix(addr, shm.Scheme) {
+		st, err := exs.NewStack(opts...)
+		return st, nil, err
+	}
+	prov := shm.New()
+	if data {
+		prov = shm.New(shm.WithEagerWrites())
+	}
+	st, err := exs.NewStack(append(opts, exs.WithProvider("shm", prov))...)
+	return st, prov, err
+}
+
+// dataAddr is where a server listens for its seq-th data connection: ADDR.seq
+// for shm:ADDR, the control connection's host on a port of the system's
+// choosing for tcp:HOST:PORT.
+func dataAddr(ctl string, seq int) string {
+	if hp, ok := strings.CutPrefix(ctl, tcp.Scheme); ok {
+		if host, _, err := net.SplitHostPort(hp); err == nil {
+			return tcp.Scheme + net.JoinHostPort(host, "0")
+		}
+	}
+	return ctl + "." + strconv.Itoa(seq)
 }
 
 // serve handles control connections one at a time until ctx is done or,
@@ -197,14 +228,12 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
 	s.seq++
-	addr := s.addr + "." + strconv.Itoa(s.seq)
-	prov := shm.New(shm.WithEagerWrites())
-	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", prov))...)
+	st, prov, err := exsStackFor(s.addr, true, exsSocketOptions(p, w)...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
 	defer closeStack(st)
-	ls, err := exsListen(st, addr)
+	ls, err := exsListen(st, dataAddr(s.addr, s.seq))
 	var q *exs.Queue
 	if err == nil {
 		q, err = exsQueue(st, p)
@@ -215,7 +244,7 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
-	if err := writeMsg(ctl, exsReply{Addr: addr}); err != nil {
+	if err := writeMsg(ctl, exsReply{Addr: ls.Addr()}); err != nil {
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -244,7 +273,7 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 			ss[edge-1] = e.s.Stats()
 			if edge == edgeEnd {
 				if os.Getenv(statsEnv) != "" {
-					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], prov.Stats())
+					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], shmStats(prov))
 				}
 				r := exsReply{reply: reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
 					CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread)}}
@@ -313,8 +342,9 @@ type exsNetTransport struct {
 
 // dialExs opens the control connection to the server at addr.
 func dialExs(ctx context.Context, name, about, addr string) (*exsNetTransport, error) {
-	t := &exsNetTransport{name: name, about: about, addr: addr, prov: shm.New()}
-	st, err := exs.NewStack(exs.WithProvider("shm", t.prov))
+	t := &exsNetTransport{name: name, about: about, addr: addr}
+	st, prov, err := exsStackFor(addr, false)
+	t.prov = prov
 	if err != nil {
 		return nil, err
 	}
@@ -406,10 +436,10 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	if rep.Err != "" {
 		return exsEnd{}, fmt.Errorf("server: %s", rep.Err)
 	}
-	// A provider per data connection; its statistics are that
+	// Over shm: a provider per data connection; its statistics are that
 	// connection's. WithEagerWrites as for exs's own.
-	t.prov = shm.New(shm.WithEagerWrites())
-	st, err := exs.NewStack(append(exsSocketOptions(p, p.Wait), exs.WithProvider("shm", t.prov))...)
+	st, prov, err := exsStackFor(t.addr, true, exsSocketOptions(p, p.Wait)...)
+	t.prov = prov
 	if err != nil {
 		return exsEnd{}, err
 	}
@@ -426,7 +456,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 // noteCMA records what the same-host provider says of the connections it
 // has now.
 func (t *exsNetTransport) noteCMA() {
-	for _, c := range t.prov.Stats() {
+	for _, c := range shmStats(t.prov) {
 		if c.CMA {
 			t.cma = fmt.Sprintf("the same-host provider copies with cross-memory attach (process_vm_writev/readv) or, into the peer's shared memory, with copy(); on the sender's last connection: %d one-sided copies by process_vm_writev/readv, %d by copy() into shared memory, %d ring messages, %d target copies, %d receiver sleeps", c.Direct, c.Shared, c.RingMessages, c.TargetCopies, c.Sleeps)
 		} else {
@@ -478,7 +508,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (resu
 	m[1] = sockMark{time.Now(), 0, sent.Load(), processCPU(), e.s.Stats()}
 	t.noteCMA()
 	if os.Getenv(statsEnv) != "" {
-		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, t.prov.Stats())
+		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, shmStats(t.prov))
 	}
 	stop.Store(true)
 	// Closing the stack ends the data connection, the sender's operations
@@ -528,14 +558,27 @@ func (np *exsNetPair) PingPong(ctx context.Context, warmup, d time.Duration, w w
 	return rts, errors.Join(err, closeStack(e.st))
 }
 
-// isExsAddr reports whether addr names exs over a provider that crosses
-// processes: "shm:PATH" (or "exs+shm:PATH").
+// exsAddr reports whether addr names exs over a provider that crosses
+// processes, and returns exs's address: "shm:PATH" (or "exs+shm:PATH"),
+// or "exs+tcp:HOST:PORT" (exs over the TCP provider; plain "tcp:" is the
+// TCP anchor's).
 func exsAddr(s string) (string, bool) {
+	if hp, ok := strings.CutPrefix(s, "exs+"+tcp.Scheme); ok && hp != "" {
+		return tcp.Scheme + hp, true
+	}
 	s = strings.TrimPrefix(s, "exs+")
 	if strings.HasPrefix(s, shm.Scheme) && len(s) > len(shm.Scheme) {
 		return s, true
 	}
 	return "", false
+}
+
+// shmStats returns the same-host provider's statistics, none for nil.
+func shmStats(p *shm.Provider) []shm.ConnStats {
+	if p == nil {
+		return nil
+	}
+	return p.Stats()
 }
 
 var _ = dynproto.Dynamic
@@ -555,8 +598,9 @@ const peerProcs = 1
 // connection or its stdin closes.
 type exsProcTransport struct {
 	*exsNetTransport
-	dir  string
-	peer *peerProc
+	dir     string
+	peer    *peerProc
+	cleanup func() error // after the child has gone (nil: none)
 }
 
 // startExsProc starts the child and connects to it.
@@ -567,25 +611,37 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 		return nil, fmt.Errorf("starting the peer process: %w", err)
 	}
 	t := &exsProcTransport{dir: dir}
+	addr := shm.Scheme + filepath.Join(dir, "peer")
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	if err := t.start(ctx, "exs-shm", about, addr, nil); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// start starts the child with the command line via (nil: none), listening
+// on addr ("exs+" taken off) and connects to the address it announces;
+// after a failure it closes t.
+func (t *exsProcTransport) start(ctx context.Context, name, about, addr string, via []string) (err error) {
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.Close())
 		}
 	}()
-	addr := shm.Scheme + filepath.Join(dir, "peer")
 	var line string
-	if t.peer, line, err = startPeer(ctx, "peer", "--listen", addr, "--procs", strconv.Itoa(peerProcs)); err != nil {
-		return nil, err
+	if t.peer, line, err = startPeerVia(ctx, via, "peer", "--listen", addr, "--procs", strconv.Itoa(peerProcs)); err != nil {
+		return err
 	}
-	if strings.TrimSpace(line) != "listening "+addr {
-		return nil, fmt.Errorf("the peer process did not start (it said %q)", short(line))
+	want, _ := exsAddr(addr)
+	got, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if !ok || (!strings.HasSuffix(want, ":0") && got != want) {
+		return fmt.Errorf("the peer process did not start (it said %q)", short(line))
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
-	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
-		return nil, err
+	if t.exsNetTransport, err = dialExs(ctx, name, about, got); err != nil {
+		return err
 	}
 	t.procs = peerProcs
-	return t, nil
+	return nil
 }
 
 // notes says which path the same-host provider used.
@@ -598,8 +654,8 @@ func (t *exsProcTransport) notes() []string {
 
 // Close ends the control connection and the child (it exits when either
 // its control connection or its stdin closes; it is killed if it has not
-// within peerExitTimeout) and removes the directory. It returns every
-// error of these steps.
+// within peerExitTimeout), removes the directory and runs the cleanup. It
+// returns every error of these steps.
 func (t *exsProcTransport) Close() error {
 	var errs []error
 	if t.exsNetTransport != nil {
@@ -612,6 +668,10 @@ func (t *exsProcTransport) Close() error {
 	if t.dir != "" {
 		errs = append(errs, os.RemoveAll(t.dir))
 		t.dir = ""
+	}
+	if t.cleanup != nil {
+		errs = append(errs, t.cleanup())
+		t.cleanup = nil
 	}
 	return errors.Join(errs...)
 }

@@ -26,7 +26,7 @@ type serverOpts struct {
 
 func (o *serverOpts) register(fs *flag.FlagSet) {
 	o.listen, o.cc = "tcp::"+defaultPort, "cubic"
-	fs.StringVar(&o.listen, "listen", o.listen, "address to listen on: tcp:HOST:PORT (plain TCP) or shm:PATH (exs over the same-host provider)")
+	fs.StringVar(&o.listen, "listen", o.listen, "address to listen on: tcp:HOST:PORT (plain TCP), shm:PATH (exs over the same-host provider) or exs+tcp:HOST:PORT (exs over the TCP provider)")
 	fs.StringVar(&o.listen, "addr", o.listen, "the same as --listen")
 	fs.BoolVar(&o.once, "once", false, "exit after one measurement (iperf3's -1)")
 	fs.StringVar(&o.cc, "cc", o.cc, "TCP congestion control for accepted connections (TCP_CONGESTION); '' keeps the system's")
@@ -102,7 +102,7 @@ func runExsServer(ctx context.Context, e *env, addr string, o *serverOpts, log *
 	}
 	once := o.once
 	if peer {
-		fmt.Fprintf(e.stdout, "listening %s\n", addr)
+		fmt.Fprintf(e.stdout, "listening %s\n", s.addr)
 		once = true
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -112,7 +112,7 @@ func runExsServer(ctx context.Context, e *env, addr string, o *serverOpts, log *
 			cancel()
 		}()
 	} else {
-		fmt.Fprintf(e.stdout, "exsperf server listening on %s (exs over the same-host provider)\n", addr)
+		fmt.Fprintf(e.stdout, "exsperf server listening on %s (exs)\n", s.addr)
 	}
 	return s.serve(ctx, once)
 }

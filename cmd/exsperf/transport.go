@@ -157,6 +157,8 @@ var transports = []struct {
 	make func() (transport, error)
 }{
 	{"exs-shm", "exs sockets to a child exsperf process over the same-host provider (shm:, Linux)", func() (transport, error) { return startExsProc(context.Background()) }},
+	{"exs-tcp", "exs sockets to a child exsperf process over the TCP provider on loopback (tcp:, Linux)", func() (transport, error) { return startExsTCP(context.Background()) }},
+	{"exs-tcp-netns", "exs sockets to a child exsperf process in another network namespace, over the TCP provider and a veth pair (Linux, root, iproute2)", func() (transport, error) { return startExsTCPNetns(context.Background()) }},
 	{"exs", "exs sockets over the in-process verbs provider, both sides in this process", func() (transport, error) { return exsTransport{}, nil }},
 	{"engine", "dynproto engines over process memory, one goroutine (protocol cost only)", func() (transport, error) { return engineTransport{}, nil }},
 	{"tcp", "plain Go TCP over loopback, two goroutines in this process (anchor)", func() (transport, error) { return &tcpTransport{}, nil }},
