@@ -124,7 +124,7 @@ type link struct {
 	rh          int
 	respPending int // READ responses with data not yet written
 	ctlQueued   int
-	rxBusy      bool      // the receiver reads into a message's memory
+	rxBusy      bool      // the receiver reads into a message's memory or a WRITE's target
 	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
 	rxTerm      *termInfo // the Terminate the receiver decided on
 
@@ -1401,7 +1401,26 @@ func (p *payload) Read(b []byte) (int, error) {
 	if p.err != nil {
 		return 0, p.err
 	}
-	d := &p.l.dec
+	// b is memory of the application's (a RECV's buffer, a WRITE's target
+	// region): Terminate waits while it is read into and checked (rxBusy),
+	// so that once the queue pair is gone its owner can take the memory
+	// back, and nothing is read into it after Terminate.
+	l := p.l
+	l.mu.Lock()
+	if l.term {
+		l.mu.Unlock()
+		p.err = fmt.Errorf("payload read after Terminate: %w", os.ErrDeadlineExceeded)
+		return 0, p.err
+	}
+	l.rxBusy = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.rxBusy = false
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}()
+	d := &l.dec
 	for d.left == 0 {
 		if p.ended {
 			return 0, io.EOF
