@@ -59,7 +59,7 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-func benchStream(b *testing.B, size int, opts ...exs.Option) {
+func benchStream(b *testing.B, size int, opts ...exs.SocketOption) {
 	k := outstandingFor(size)
 	opts = append(opts, exs.WithOutstanding(k, k))
 	p := connect(b, exs.SockStream, opts...)

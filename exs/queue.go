@@ -109,9 +109,9 @@ const (
 // Qcreate creates an event queue that holds up to depth events (depth >=
 // 1). Options WithWaitMode and WithSpinTime set how Dequeue waits (the
 // stack's setting by default).
-func (st *Stack) Qcreate(depth int, opts ...Option) (*Queue, error) {
+func (st *Stack) Qcreate(depth int, opts ...QueueOption) (*Queue, error) {
 	cfg := st.cfg
-	if err := cfg.applyOptions(scopeQueue, opts); err != nil {
+	if err := cfg.applyQueueOptions(opts); err != nil {
 		return nil, opErr("qcreate", "", err)
 	}
 	if depth <= 0 {

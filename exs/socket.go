@@ -168,12 +168,12 @@ type Socket struct {
 // Socket creates an unconnected socket of type typ. Options set the
 // socket's protocol mode, stream buffer, frame buffers, outstanding limits,
 // wait mode and logger; the stack's are the defaults.
-func (st *Stack) Socket(typ SockType, opts ...Option) (*Socket, error) {
+func (st *Stack) Socket(typ SockType, opts ...SocketOption) (*Socket, error) {
 	if typ < SockStream || typ > SockSeqPacket {
 		return nil, opErr("socket", "", fmt.Errorf("%w: socket type %v", ErrInvalid, typ))
 	}
 	cfg := st.cfg
-	if err := cfg.applyOptions(scopeSocket, opts); err != nil {
+	if err := cfg.applySocketOptions(opts); err != nil {
 		return nil, opErr("socket", "", err)
 	}
 	s := newSocket(st, typ, cfg)

@@ -60,12 +60,12 @@ type device struct {
 	pd     *verbs.PD
 }
 
-// NewStack returns a stack configured by opts (see Option): every option
+// NewStack returns a stack configured by opts (see StackOption): every option
 // may be given here, and the socket and queue options become the defaults
 // of the stack's sockets and queues.
-func NewStack(opts ...Option) (*Stack, error) {
+func NewStack(opts ...StackOption) (*Stack, error) {
 	cfg := defaultConfig()
-	if err := cfg.applyOptions(scopeStack, opts); err != nil {
+	if err := cfg.applyStackOptions(opts); err != nil {
 		return nil, opErr("newstack", "", err)
 	}
 	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}} {

@@ -95,7 +95,7 @@ func (c *exsCtl) Read(b []byte) (int, error) {
 }
 
 // ctlOptions are the options of control connections: small and quiet.
-var ctlOptions = []exs.Option{exs.WithMode(exs.ModeDynamic), exs.WithStreamBuffer(64 << 10), exs.WithWaitMode(exs.WaitNotify)}
+var ctlOptions = []exs.SocketOption{exs.WithMode(exs.ModeDynamic), exs.WithStreamBuffer(64 << 10), exs.WithWaitMode(exs.WaitNotify)}
 
 // exsServer serves measurements over exs on an address.
 type exsServer struct {

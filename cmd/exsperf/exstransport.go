@@ -51,9 +51,9 @@ func exsWait(w waitMode) exs.WaitMode {
 }
 
 // exsSocketOptions are the socket options of a measurement connection.
-func exsSocketOptions(p pairParams, w waitMode) []exs.Option {
+func exsSocketOptions(p pairParams, w waitMode) []exs.StackOption {
 	frames := min(exs.MaxFrames, max(exs.DefaultFrames, 4*max(p.Sends, p.Recvs)))
-	return []exs.Option{exs.WithMode(exsMode(p.Mode)), exs.WithStreamBuffer(max(1, p.Ring)),
+	return []exs.StackOption{exs.WithMode(exsMode(p.Mode)), exs.WithStreamBuffer(max(1, p.Ring)),
 		exs.WithOutstanding(max(p.Sends, 1), max(p.Recvs, 1)), exs.WithFrames(frames), exs.WithWaitMode(exsWait(w))}
 }
 

@@ -599,7 +599,7 @@ func TestEndingInProcess(t *testing.T) {
 }
 
 func endingInProcess(t *testing.T, p *plan) {
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
@@ -666,7 +666,7 @@ type endingArg struct {
 }
 
 func endingBetweenProcesses(t *testing.T, p *plan) {
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
@@ -715,7 +715,7 @@ func childEnding(arg string) error {
 		return err
 	}
 	p := &a.Plan
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}

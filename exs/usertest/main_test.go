@@ -69,7 +69,7 @@ func shmAddr(t testing.TB) string {
 }
 
 // newStack returns a stack that is closed at the end of the test.
-func newStack(t testing.TB, opts ...exs.Option) *exs.Stack {
+func newStack(t testing.TB, opts ...exs.StackOption) *exs.Stack {
 	t.Helper()
 	st, err := exs.NewStack(opts...)
 	if err != nil {
@@ -113,7 +113,7 @@ func wait(t testing.TB, q *exs.Queue, typ exs.EventType, user any) exs.Event {
 }
 
 // listen makes a listening socket of typ at addr with an accept posted.
-func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, opts ...exs.Option) *exs.Socket {
+func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, opts ...exs.SocketOption) *exs.Socket {
 	t.Helper()
 	ln, err := st.Socket(typ, opts...)
 	if err != nil {
