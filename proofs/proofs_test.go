@@ -169,7 +169,7 @@ func TestMutantCaught(t *testing.T) {
 	if m == "" {
 		t.Skip("no mutant built in (use -tags mut_...)")
 	}
-	cs := append(append([]config(nil), smokeConfigs...), defaultConfigs...)
+	cs := concatConfigs(smokeConfigs, defaultConfigs, largeConfigs)
 	if deep() {
 		cs = append(cs, deepConfigs...)
 	}

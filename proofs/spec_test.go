@@ -158,7 +158,7 @@ func TestParseTraceErrors(t *testing.T) {
 }
 
 func FuzzParseSpec(f *testing.F) {
-	for _, c := range append(append(append([]config(nil), defaultConfigs...), deepConfigs...), smokeConfigs...) {
+	for _, c := range concatConfigs(defaultConfigs, largeConfigs, deepConfigs, smokeConfigs) {
 		f.Add(c.spec)
 	}
 	f.Add("mode=dynamic type=stream b.recvs=1w,2w")
