@@ -2,9 +2,9 @@ package exs_test
 
 import (
 	"context"
-	"runtime"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
