@@ -25,7 +25,16 @@ var defaultInproc = inproc.New()
 // the protocol writes only into memory the peer granted and announces
 // each write with a later frame, so a transfer's bytes may be placed while
 // the previous transfer's frame is still in flight.
-var defaultShm = shm.New(shm.WithEagerWrites())
+var defaultShm = mustShm(shm.New(shm.WithEagerWrites()))
+
+// mustShm returns p. shm.New fails only for an option out of its range,
+// which defaultShm's are not.
+func mustShm(p *shm.Provider, err error) *shm.Provider {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 // shmScheme is the scheme of the same-host provider's addresses.
 const shmScheme = "shm"

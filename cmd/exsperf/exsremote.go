@@ -109,7 +109,10 @@ type exsServer struct {
 }
 
 func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
-	prov := shm.New()
+	prov, err := shm.New()
+	if err != nil {
+		return nil, err
+	}
 	st, err := exs.NewStack(exs.WithProvider("shm", prov))
 	if err != nil {
 		return nil, err
@@ -198,7 +201,10 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	}
 	s.seq++
 	addr := s.addr + "." + strconv.Itoa(s.seq)
-	prov := shm.New(shm.WithEagerWrites())
+	prov, err := shm.New(shm.WithEagerWrites())
+	if err != nil {
+		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
+	}
 	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", prov))...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
@@ -313,7 +319,11 @@ type exsNetTransport struct {
 
 // dialExs opens the control connection to the server at addr.
 func dialExs(ctx context.Context, name, about, addr string) (*exsNetTransport, error) {
-	t := &exsNetTransport{name: name, about: about, addr: addr, prov: shm.New()}
+	prov, err := shm.New()
+	if err != nil {
+		return nil, err
+	}
+	t := &exsNetTransport{name: name, about: about, addr: addr, prov: prov}
 	st, err := exs.NewStack(exs.WithProvider("shm", t.prov))
 	if err != nil {
 		return nil, err
@@ -408,7 +418,11 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	}
 	// A provider per data connection; its statistics are that
 	// connection's. WithEagerWrites as for exs's own.
-	t.prov = shm.New(shm.WithEagerWrites())
+	prov, err := shm.New(shm.WithEagerWrites())
+	if err != nil {
+		return exsEnd{}, err
+	}
+	t.prov = prov
 	st, err := exs.NewStack(append(exsSocketOptions(p, p.Wait), exs.WithProvider("shm", t.prov))...)
 	if err != nil {
 		return exsEnd{}, err

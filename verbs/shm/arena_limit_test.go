@@ -55,7 +55,7 @@ func offerArena(t *testing.T, l *link, id uint32, size uint64) bool {
 }
 
 func arenaLink(opts ...Option) *link {
-	return &link{p: New(opts...), peerArenas: make(map[uint32][]byte)}
+	return &link{p: mustNew(opts...), peerArenas: make(map[uint32][]byte)}
 }
 
 // TestPeerArenaLimit checks that a connection maps a peer's arenas only up

@@ -22,3 +22,13 @@ func Unpolls(p *Provider) uint64 {
 	}
 	return n
 }
+
+// mustNew is New for the package's tests, whose options are constants: an
+// error is a bug of the test, and it panics.
+func mustNew(opts ...Option) *Provider {
+	p, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}

@@ -162,7 +162,7 @@ func TestDialBadReplyRNR(t *testing.T) {
 		c.Read(b) // until the dialer closes
 	}()
 
-	p := New()
+	p := mustNew()
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)

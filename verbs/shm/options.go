@@ -44,7 +44,10 @@
 package shm
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/exsgo/exs/verbs"
 )
 
 // Scheme is the prefix of the provider's addresses.
@@ -79,8 +82,9 @@ const (
 	DefaultPeerArenaLimit = 4 << 30
 )
 
-// Option configures a Provider.
-type Option func(*options)
+// Option configures a Provider. An option given a value out of its range
+// makes New fail with an error wrapping verbs.ErrInvalid.
+type Option func(*options) error
 
 type options struct {
 	inlineMax int
@@ -94,8 +98,9 @@ type options struct {
 	peerArena uint64 // bytes of the peer's arenas mapped per connection
 }
 
-func defaultOptions() options {
-	return options{
+// newOptions applies opts to the defaults.
+func newOptions(opts []Option) (options, error) {
+	o := options{
 		inlineMax: DefaultInlineMax,
 		directMin: DefaultDirectMin,
 		spin:      DefaultSpin,
@@ -103,25 +108,56 @@ func defaultOptions() options {
 		respRing:  DefaultResponseRing,
 		peerArena: DefaultPeerArenaLimit,
 	}
+	for _, f := range opts {
+		if err := f(&o); err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
+// invalid reports an option's bad value.
+func invalid(what string, v any) error {
+	return fmt.Errorf("shm: %s %v: %w", what, v, verbs.ErrInvalid)
 }
 
 // WithInlineMax sets the largest payload sent inline through the ring when
-// cross-memory attach is available (default DefaultInlineMax).
+// cross-memory attach is available (default DefaultInlineMax). It must not
+// be negative.
 func WithInlineMax(n int) Option {
-	return func(o *options) { o.inlineMax = max(0, n) }
+	return func(o *options) error {
+		if n < 0 {
+			return invalid("inline maximum", n)
+		}
+		o.inlineMax = n
+		return nil
+	}
 }
 
 // WithDirectMin sets the smallest RDMA WRITE that the initiator copies
 // itself (default DefaultDirectMin). A value above verbs.MaxMessage sends
-// every one-sided operation, READs included, through the ring.
+// every one-sided operation, READs included, through the ring. It must
+// not be negative.
 func WithDirectMin(n int) Option {
-	return func(o *options) { o.directMin = max(0, n) }
+	return func(o *options) error {
+		if n < 0 {
+			return invalid("direct minimum", n)
+		}
+		o.directMin = n
+		return nil
+	}
 }
 
 // WithSpin sets how long a receiver spins before it sleeps (default
-// DefaultSpin). Zero makes it sleep at once.
+// DefaultSpin). Zero makes it sleep at once; negative is invalid.
 func WithSpin(d time.Duration) Option {
-	return func(o *options) { o.spin = max(0, d) }
+	return func(o *options) error {
+		if d < 0 {
+			return invalid("spin time", d)
+		}
+		o.spin = d
+		return nil
+	}
 }
 
 // WithEagerWrites lets the initiator do an RDMA WRITE itself (into
@@ -139,7 +175,7 @@ func WithSpin(d time.Duration) Option {
 // instead of through the ring); the verbs conformance suite, which checks
 // placement against an earlier SEND's fate, runs without it.
 func WithEagerWrites() Option {
-	return func(o *options) { o.eager = true }
+	return func(o *options) error { o.eager = true; return nil }
 }
 
 // WithPollerProgress lets a goroutine that polls a CQ of a connection's
@@ -160,27 +196,28 @@ func WithEagerWrites() Option {
 // out of its stream buffer) loses the overlap of that work with the
 // receiver goroutine's; exs does not use it.
 func WithPollerProgress() Option {
-	return func(o *options) { o.pollers = true }
+	return func(o *options) error { o.pollers = true; return nil }
 }
 
 // WithoutCMA makes the provider refuse cross-memory attach, as if the
 // system forbade it: every byte travels through the rings. For tests of
 // that fallback.
 func WithoutCMA() Option {
-	return func(o *options) { o.noCMA = true }
+	return func(o *options) error { o.noCMA = true; return nil }
 }
 
 // WithRingSizes sets the sizes of the request and response rings of
-// connections this provider dials: powers of two from 16 KiB to 64 MiB
-// (other values are ignored).
+// connections this provider dials: powers of two from 16 KiB to 64 MiB.
 func WithRingSizes(request, response int) Option {
-	return func(o *options) {
-		if validRingSize(uint64(request)) {
-			o.reqRing = uint64(request)
+	return func(o *options) error {
+		switch {
+		case request < 0 || !validRingSize(uint64(request)):
+			return invalid("request ring size", request)
+		case response < 0 || !validRingSize(uint64(response)):
+			return invalid("response ring size", response)
 		}
-		if validRingSize(uint64(response)) {
-			o.respRing = uint64(response)
-		}
+		o.reqRing, o.respRing = uint64(request), uint64(response)
+		return nil
 	}
 }
 
@@ -191,9 +228,15 @@ func WithRingSizes(request, response int) Option {
 // the address space a peer can take. An arena beyond it is not mapped and
 // the connection goes on: operations on the regions in it take the path
 // they take without the shared allocator (cross-memory attach or the
-// ring). Zero maps none.
+// ring). Zero maps none; negative is invalid.
 func WithPeerArenaLimit(n int64) Option {
-	return func(o *options) { o.peerArena = uint64(max(0, n)) }
+	return func(o *options) error {
+		if n < 0 {
+			return invalid("peer arena limit", n)
+		}
+		o.peerArena = uint64(n)
+		return nil
+	}
 }
 
 // ConnStats describes one connection of a Provider.

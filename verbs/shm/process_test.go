@@ -52,7 +52,7 @@ func modeOptions(mode string) []shm.Option {
 // it offers its shared allocator to the suite, whose regions then come
 // from Provider.Alloc on both sides.
 func modeProvider(mode string) verbs.Provider {
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	if strings.HasPrefix(mode, "shared") {
 		return sharedAlloc{p}
 	}
@@ -126,7 +126,7 @@ func peerKilled(t *testing.T, mode string) {
 	t.Cleanup(cancel)
 	dir := sockDir(t)
 	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestStats(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 			defer cancel()
 			dir := sockDir(t)
-			a, b := shm.New(modeOptions(mode)...), shm.New(modeOptions(mode)...)
+			a, b := newProvider(modeOptions(mode)...), newProvider(modeOptions(mode)...)
 			qa, qb := connectPair(t, ctx, a, b, "shm:"+dir+"/s")
 			_ = qb
 			st := a.Stats()

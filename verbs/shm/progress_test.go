@@ -34,7 +34,7 @@ func newPollPair(t *testing.T, cqOpts eventq.Options, slot int, opts ...shm.Opti
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	opts = append(opts, shm.WithPollerProgress())
-	a, b := shm.New(opts...), shm.New(opts...)
+	a, b := newProvider(opts...), newProvider(opts...)
 	qa, qb := connectPairCQ(t, ctx, a, b, "shm:"+sockDir(t)+"/p", cqOpts)
 	src, err := qa.PD().RegisterMR(make([]byte, slot), 0)
 	if err != nil {

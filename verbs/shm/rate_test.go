@@ -51,7 +51,7 @@ func receiverMain(addr string) int {
 		fmt.Fprintf(os.Stderr, "shm: receiver: %v\n", err)
 		return 1
 	}
-	dev, err := verbs.Open(shm.New(rateOptions(os.Getenv(pollerEnv) != "")...))
+	dev, err := verbs.Open(newProvider(rateOptions(os.Getenv(pollerEnv) != "")...))
 	if err != nil {
 		return fail(err)
 	}
@@ -171,7 +171,7 @@ func sendRateProcess(b *testing.B, procs int, poller bool) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dev, err := verbs.Open(shm.New(rateOptions(poller)...))
+	dev, err := verbs.Open(newProvider(rateOptions(poller)...))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 // zeroed memory, Free refused while registered and for foreign or freed
 // memory.
 func TestAllocFree(t *testing.T) {
-	p := shm.New()
+	p := newProvider()
 	if _, err := p.Alloc(0); !errors.Is(err, mreg.ErrInvalid) {
 		t.Errorf("Alloc(0) = %v, want mreg.ErrInvalid", err)
 	}
@@ -104,7 +104,7 @@ func newSharedConn(t *testing.T, mode string, srcLen int) *sharedConn {
 	defer cancel()
 	dir := sockDir(t)
 	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)

@@ -60,18 +60,20 @@ type pubRegion struct {
 	arena *arena
 }
 
-// New returns a provider.
-func New(opts ...Option) *Provider {
-	o := defaultOptions()
-	for _, f := range opts {
-		f(&o)
+// New returns a provider configured by opts. It fails with an error
+// wrapping verbs.ErrInvalid if an option's value is out of range; without
+// options it never fails.
+func New(opts ...Option) (*Provider, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	p := &Provider{opts: o, probe: new([2]uint64), pds: make(map[*verbs.PD]*pdState), links: make(map[*link]struct{}),
 		arenas: make(map[uintptr]*arena)}
 	var b [8]byte
 	rand.Read(b[:])
 	p.probe[0] = binary.LittleEndian.Uint64(b[:]) | 1
-	return p
+	return p, nil
 }
 
 // parse returns the socket path of an "shm:PATH" address.
