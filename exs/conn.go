@@ -756,15 +756,13 @@ func (c *conn) close() {
 }
 
 // idle waits for work: a posted operation, a close, a completion. In
-// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins. While
-// it spins it runs the provider's receive work itself (CQ.Progress); before
-// it blocks it hands that work back (CQ.Unpoll).
+// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins.
 func (c *conn) idle() {
 	s := c.s
 	if s.cfg.wait != WaitNotify {
 		start := time.Now()
 		for i := 1; ; i++ {
-			if s.ncmd.Load() != 0 || c.cq.Len() != 0 || c.cq.Progress() {
+			if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
 				return
 			}
 			runtime.Gosched()
@@ -774,7 +772,6 @@ func (c *conn) idle() {
 		}
 	}
 	s.sleeping.Store(true)
-	c.cq.Unpoll()
 	c.cq.RequestNotify()
 	if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
 		s.sleeping.Store(false)

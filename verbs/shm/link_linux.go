@@ -100,13 +100,6 @@ var errProtocol = errors.New("shm: protocol violation by peer")
 // that a lost wake-up shows as a hang).
 var sleepCap = 100 * time.Millisecond
 
-// How long the receiver goroutine parks while a goroutine polls the
-// connection's CQs (Progress) before it looks again, in nanoseconds: how
-// late it takes over from a poller that stops without saying so (Unpoll).
-var parkLease atomic.Int64
-
-func init() { parkLease.Store(int64(time.Millisecond)) }
-
 const (
 	accessLimit = 2 * time.Second // longest wait for the peer's copies to end
 	lingerLimit = time.Second     // longest wait to hand the peer our last records
@@ -264,24 +257,6 @@ type link struct {
 	hasPend    atomic.Bool // pendReq or pendResp is not empty
 	delivering atomic.Bool // the receiver is inside Endpoint.Deliver
 
-	// The receive work (poll) runs in one goroutine at a time, whichever
-	// holds rx: the receiver goroutine, or a goroutine polling one of the
-	// queue pair's CQs (Progress). While pollers come (polls grows, and
-	// unpolls does not), the receiver goroutine parks. needRecv asks the
-	// receiver goroutine to take a message that arrives in several
-	// records, whose delivery may wait for the peer's next ones: a poller
-	// never waits.
-	rx       atomic.Int32
-	polls    atomic.Uint64
-	unpolls  atomic.Uint64
-	needRecv atomic.Bool
-	byPoller bool // the holder of rx is a poller; guarded by rx
-	// unpark wakes the receiver goroutine when it parks (capacity one: a
-	// token or none); parkT times its parking. A parked goroutine waits
-	// in the Go scheduler, not in a system call, so that it holds no P
-	// that the poller it stands aside for may need.
-	unpark     chan struct{}
-	parkT      *time.Timer
 	stop       atomic.Bool
 	peerGone   atomic.Bool // the socket closed: the peer process ended or closed
 	recvPosted atomic.Bool
@@ -289,7 +264,7 @@ type link struct {
 	done       chan struct{}
 	watchDone  chan struct{}
 
-	// Receive-work state, guarded by rx.
+	// Receive-work state, owned by the receiver goroutine (run).
 	tm         verbs.Message
 	rd         payloadReader
 	sk         sinkWriter
@@ -313,20 +288,19 @@ type counters struct {
 	inline   atomic.Uint64 // of which with their bytes inline
 	pulls    atomic.Uint64 // messages whose bytes this side moved as target with process_vm_*
 	wakes    atomic.Uint64 // futex sleeps of the receiver
-	parks    atomic.Uint64 // parkings of the receiver for a poller (Progress)
 	shared   atomic.Uint64 // one-sided operations done by this side with a plain copy (shared allocator)
 }
 
 // Compile-time checks.
 var (
-	_ verbs.Link       = (*link)(nil)
-	_ verbs.Progresser = (*link)(nil)
+	_ verbs.Link         = (*link)(nil)
+	_ verbs.PeerReporter = (*link)(nil)
 )
 
 // newLink builds a link over a mapping; start runs its goroutines.
 func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *link {
 	l := &link{p: p, side: side, m: m, conn: conn, done: make(chan struct{}), watchDone: make(chan struct{}),
-		pidfd: -1, pidDone: make(chan struct{}), unpark: make(chan struct{}, 1),
+		pidfd: -1, pidDone: make(chan struct{}),
 		peerArenas: make(map[uint32][]byte), arenasSent: make(map[uint32]struct{})}
 	l.refs.Store(1)
 	l.me, l.peer = sideAt(m, side), sideAt(m, 1-side)
@@ -698,7 +672,6 @@ func (l *link) RecvPosted() {
 		l.me.ringAlways()
 	}
 	l.txMu.Unlock()
-	l.wakeParked()
 }
 
 // Terminate ends the connection: it tells the peer (a recTerm record,
@@ -734,7 +707,6 @@ func (l *link) Terminate(cause error) {
 	l.waitAccess()
 	l.stop.Store(true)
 	l.me.ringAlways()
-	l.wakeParked()
 	l.release()
 }
 
@@ -781,48 +753,27 @@ func (l *link) watch() {
 }
 
 // markPeerGone records that the peer process ended or closed the
-// connection and wakes the receiver goroutine, sleeping or parked, to
-// finish it.
+// connection and wakes the receiver goroutine to finish it.
 func (l *link) markPeerGone() {
 	l.peerGone.Store(true)
 	l.me.ringAlways()
-	l.wakeParked()
 }
 
 // run is the receiver: it takes records from the peer's rings and waits
-// on its bell when there are none. While goroutines polling the queue
-// pair's CQs do that work (Progress), it parks.
+// on its bell when there are none. It alone does the receive work.
 func (l *link) run() {
 	defer l.exit()
 	var spinStart time.Time
 	idle := 0
-	polls, unpolls := l.polls.Load(), l.unpolls.Load()
 	for !l.stop.Load() {
-		if l.rx.CompareAndSwap(0, 1) {
-			l.needRecv.Store(false)
-			did := l.poll()
-			l.rx.Store(0)
-			if did {
-				spinStart, idle = time.Time{}, 0
-				continue
-			}
-		}
-		if l.peerGone.Load() {
-			l.lockRx()
-			l.onPeerGone()
-			l.rx.Store(0)
-			return
-		}
-		// A poller came since the last look, and did not say it stops:
-		// stand aside.
-		p, u := l.polls.Load(), l.unpolls.Load()
-		if p != polls && u == unpolls && !l.needRecv.Load() {
-			l.park(u)
-			polls, unpolls = l.polls.Load(), l.unpolls.Load()
+		if l.poll() {
 			spinStart, idle = time.Time{}, 0
 			continue
 		}
-		polls, unpolls = p, u
+		if l.peerGone.Load() {
+			l.onPeerGone()
+			return
+		}
 		// Read the clock on every 8th empty poll only: it costs as
 		// much as a poll.
 		if idle++; idle&7 != 1 {
@@ -837,61 +788,11 @@ func (l *link) run() {
 			continue
 		}
 		l.sleep()
-		polls, unpolls = l.polls.Load(), l.unpolls.Load()
 		spinStart, idle = time.Time{}, 0
 	}
 }
 
-// lockRx takes rx, waiting for a poller to finish its round.
-func (l *link) lockRx() {
-	for !l.rx.CompareAndSwap(0, 1) {
-		runtime.Gosched()
-	}
-}
-
-// Progress does the receive work in the calling goroutine, a poller of one
-// of the queue pair's CQs, unless another goroutine is at it (see
-// verbs.Progresser), if the provider has WithPollerProgress. A sleeping
-// receiver goroutine is woken once, to park.
-func (l *link) Progress() bool {
-	if !l.p.opts.pollers {
-		return false
-	}
-	l.polls.Add(1)
-	if l.stop.Load() || l.needRecv.Load() || !l.rx.CompareAndSwap(0, 1) {
-		return false
-	}
-	// Holding rx, the mapping is there: exit takes rx before it drops it.
-	if l.me.sleeping.Load() == sleepNormal {
-		l.me.ringAlways()
-	}
-	l.byPoller = true
-	did := l.poll()
-	l.byPoller = false
-	l.rx.Store(0)
-	return did
-}
-
-// Unpoll wakes the receiver goroutine if it parked for pollers.
-func (l *link) Unpoll() {
-	if !l.p.opts.pollers {
-		return
-	}
-	l.unpolls.Add(1)
-	l.wakeParked()
-}
-
-// wakeParked wakes the receiver goroutine if it parks, or makes its next
-// parking end at once.
-func (l *link) wakeParked() {
-	select {
-	case l.unpark <- struct{}{}:
-	default:
-	}
-}
-
 // poll does what there is to do and reports whether it did anything.
-// Called with rx held.
 func (l *link) poll() bool {
 	work := false
 	if l.hasPend.Load() {
@@ -915,44 +816,15 @@ func (l *link) poll() bool {
 	return work
 }
 
-// sleep blocks on the bell until something may have changed. It does not
-// sleep while a poller holds rx.
+// sleep blocks on the bell until something may have changed.
 func (l *link) sleep() {
-	if !l.rx.CompareAndSwap(0, 1) {
-		return
-	}
 	l.me.sleeping.Store(sleepNormal)
 	v := l.me.bell.Load()
-	ok := !l.stop.Load() && !l.peerGone.Load() && !l.respIn.ready() &&
+	if !l.stop.Load() && !l.peerGone.Load() && !l.respIn.ready() &&
 		(l.held || l.reqStopped || !l.reqIn.ready()) &&
-		!(l.held && l.recvPosted.Load()) && !l.pumpIfPending()
-	l.rx.Store(0)
-	if ok {
+		!(l.held && l.recvPosted.Load()) && !l.pumpIfPending() {
 		l.st.wakes.Add(1)
 		sleepOn(&l.me.bell, v, int64(sleepCap))
-	}
-	l.me.sleeping.Store(awake)
-}
-
-// park waits for at most parkLease while pollers do the receive work;
-// Unpoll (unpolls no longer the given count), needRecv and the link's end
-// end it early (wakeParked). The peer does not wake a parked receiver
-// (ring): a poller takes what it sends.
-func (l *link) park(unpolls uint64) {
-	l.me.sleeping.Store(sleepParked)
-	if !l.stop.Load() && !l.peerGone.Load() && l.unpolls.Load() == unpolls && !l.needRecv.Load() {
-		l.st.parks.Add(1)
-		d := time.Duration(parkLease.Load())
-		if l.parkT == nil {
-			l.parkT = time.NewTimer(d)
-		} else {
-			l.parkT.Reset(d)
-		}
-		select {
-		case <-l.unpark:
-			l.parkT.Stop()
-		case <-l.parkT.C:
-		}
 	}
 	l.me.sleeping.Store(awake)
 }
@@ -988,7 +860,6 @@ func (l *link) onPeerGone() {
 
 // exit releases what the receiver owns once it stops.
 func (l *link) exit() {
-	l.lockRx() // for good: no poller touches the link from now on
 	deadline := time.Now().Add(lingerLimit)
 	for l.hasPend.Load() && !l.peerGone.Load() && time.Now().Before(deadline) {
 		l.txMu.Lock()
@@ -1065,8 +936,7 @@ func (l *link) processResp() {
 // posted them before it went, and verbs lets work in flight at a
 // disconnect arrive. A protocol whose last messages are small SENDs (an
 // acknowledgement posted just before a close) then has them arrive, rather
-// than lost to the order in which this side reads its two rings. Called
-// with rx held.
+// than lost to the order in which this side reads its two rings.
 func (l *link) deliverBeforeTerm() {
 	defer l.publishIn(&l.reqIn)
 	for !l.held && !l.reqStopped {
@@ -1170,13 +1040,6 @@ func (l *link) processReq() {
 			if rec != nil {
 				l.fail(errCorrupt)
 			}
-			break
-		}
-		if l.byPoller && rec[6] == modeInline && binary.LittleEndian.Uint64(rec[32:]) > uint64(len(rec)-reqHdr) {
-			// Its next records may still be on their way: leave it
-			// to the receiver goroutine, which may wait for them.
-			l.needRecv.Store(true)
-			l.wakeParked()
 			break
 		}
 		if !l.deliver(rec) {

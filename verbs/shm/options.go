@@ -28,9 +28,7 @@
 //
 // Each side runs one receiver goroutine per connection, which spins
 // briefly on empty rings and then sleeps on a futex in the shared mapping
-// that the peer wakes only when the receiver said it sleeps (with
-// WithPollerProgress, it parks while goroutines polling the queue pair's
-// CQs do its work); one
+// that the peer wakes only when the receiver said it sleeps; one
 // goroutine that reads the socket, to learn at once that the peer closed
 // the connection or died; and, with cross-memory attach, one that waits on
 // a pidfd of the peer process, so that no process_vm_writev goes to
@@ -92,7 +90,6 @@ type options struct {
 	spin      time.Duration
 	noCMA     bool
 	eager     bool
-	pollers   bool // WithPollerProgress
 	reqRing   uint64
 	respRing  uint64
 	peerArena uint64 // bytes of the peer's arenas mapped per connection
@@ -178,27 +175,6 @@ func WithEagerWrites() Option {
 	return func(o *options) error { o.eager = true; return nil }
 }
 
-// WithPollerProgress lets a goroutine that polls a CQ of a connection's
-// queue pair (verbs.CQ.Poll, Wait, Progress) take the peer's messages and
-// the outcomes of its own itself, as the polling thread of an RDMA library
-// drives its progress, while the connection's receiver goroutine parks:
-// no hand-off between goroutines per message, and one spinning goroutine
-// fewer per process. The receiver goroutine takes over again when the
-// poller says it stops (verbs.CQ.Unpoll; Wait does before it blocks) or at
-// the latest about a millisecond after the last poll. A message that
-// arrives in several ring records (large inline payloads) is left to the
-// receiver goroutine, so that a poll never waits for the peer.
-//
-// It suits an application whose polling goroutine does little per
-// completion: between two processes on 2 vCPUs with Go's default
-// GOMAXPROCS it doubles the rate of 64-byte SENDs (docs/performance.md).
-// A poller that does heavy work per completion (exs's, which copies data
-// out of its stream buffer) loses the overlap of that work with the
-// receiver goroutine's; exs does not use it.
-func WithPollerProgress() Option {
-	return func(o *options) error { o.pollers = true; return nil }
-}
-
 // WithoutCMA makes the provider refuse cross-memory attach, as if the
 // system forbade it: every byte travels through the rings. For tests of
 // that fallback.
@@ -255,11 +231,10 @@ type ConnStats struct {
 	// request ring, Inline those of them with their bytes in the ring;
 	// TargetCopies the messages whose bytes this side, as target, moved
 	// with cross-memory attach; Sleeps the times its receiver slept;
-	// Parks the times its receiver goroutine stood aside for a goroutine
-	// polling the queue pair's CQs (verbs.CQ.Poll); Shared the RDMA
-	// WRITEs and READs this side did with a plain copy, into or out of
-	// the peer's memory from the shared allocator (Provider.Alloc).
-	Direct, RingMessages, Inline, TargetCopies, Sleeps, Parks, Shared uint64
+	// Shared the RDMA WRITEs and READs this side did with a plain copy,
+	// into or out of the peer's memory from the shared allocator
+	// (Provider.Alloc).
+	Direct, RingMessages, Inline, TargetCopies, Sleeps, Shared uint64
 	// PeerArenas is the number of the peer's shared-allocator arenas
 	// mapped by this side.
 	PeerArenas int

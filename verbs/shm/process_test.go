@@ -40,10 +40,6 @@ func modeOptions(mode string) []shm.Option {
 		return []shm.Option{shm.WithEagerWrites()}
 	case "shared-nocma":
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
-	case "poller":
-		return []shm.Option{shm.WithPollerProgress()}
-	case "poller-nocma":
-		return []shm.Option{shm.WithPollerProgress(), shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	}
 	return nil
 }
@@ -95,10 +91,9 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 // cross-memory attach (its checks against the published registrations
 // face the suite's violations), everything through the rings, without
 // cross-memory attach, and with the regions of both sides from the shared
-// allocator (with cross-memory attach, and without it on small rings),
-// and with the suite's polls doing the receive work (WithPollerProgress).
+// allocator (with cross-memory attach, and without it on small rings).
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma", "poller"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))

@@ -98,7 +98,7 @@ func (p *Provider) Stats() []ConnStats {
 			PeerArenas: arenas,
 			QPNum:      l.ep.QPNum(), PeerPID: l.peerPID, CMA: l.cma, CMAError: l.cmaErr,
 			Direct: l.st.direct.Load(), RingMessages: l.st.ringMsgs.Load(), Inline: l.st.inline.Load(),
-			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(), Parks: l.st.parks.Load(), Shared: l.st.shared.Load(),
+			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(), Shared: l.st.shared.Load(),
 		})
 	}
 	return out

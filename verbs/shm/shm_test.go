@@ -65,14 +65,6 @@ func TestConformanceNoCMA(t *testing.T) {
 	verbstest.Run(t, localEnv(shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)))
 }
 
-// TestConformancePoller runs the suite with WithPollerProgress, without
-// cross-memory attach on small rings: the suite's polls take the peer's
-// messages while the receiver goroutines park, and leave the messages
-// that span several records to them.
-func TestConformancePoller(t *testing.T) {
-	verbstest.Run(t, localEnv(modeOptions("poller-nocma")...))
-}
-
 // TestOptionsInvalid checks that every option refuses a value out of its
 // range, so that New fails instead of using another value.
 func TestOptionsInvalid(t *testing.T) {
