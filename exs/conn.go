@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -132,7 +131,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		}
 	}()
 	c.sendDepth = sendDepthFor(cfg.frames)
-	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, eventq.Options{Mode: eventq.Notify}); err != nil {
+	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, verbs.CQOptions{Wait: verbs.WaitNotify}); err != nil {
 		return
 	}
 	c.qp, err = d.pd.CreateQP(verbs.QPConfig{

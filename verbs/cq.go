@@ -3,11 +3,78 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/exsgo/exs/eventq"
 )
+
+// WaitMode says how CQ.Wait waits while fewer completions are queued than
+// it needs. The zero WaitMode is not a mode; in CQOptions it stands for
+// WaitAdaptive.
+type WaitMode uint8
+
+const (
+	// WaitAdaptive spins for CQOptions.SpinTime, checking the queue and
+	// yielding the processor (runtime.Gosched) between checks, and then
+	// blocks. It is the default.
+	WaitAdaptive WaitMode = iota + 1
+	// WaitBusyPoll never blocks: it keeps checking, yielding between
+	// checks, until the completions come, ctx is done or the CQ is
+	// closed. It keeps a CPU busy per waiting goroutine.
+	WaitBusyPoll
+	// WaitNotify blocks at once.
+	WaitNotify
+)
+
+// String returns the mode's name, or "WaitMode(n)" for an unknown value.
+func (m WaitMode) String() string {
+	switch m {
+	case WaitAdaptive:
+		return "WaitAdaptive"
+	case WaitBusyPoll:
+		return "WaitBusyPoll"
+	case WaitNotify:
+		return "WaitNotify"
+	}
+	return "WaitMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// DefaultSpinTime is how long WaitAdaptive spins when CQOptions.SpinTime
+// is zero.
+const DefaultSpinTime = eventq.DefaultSpinTime
+
+// CQOptions configures a completion queue. The zero value waits
+// adaptively, spinning for DefaultSpinTime.
+type CQOptions struct {
+	// Wait is how Wait waits. Zero means WaitAdaptive.
+	Wait WaitMode
+	// SpinTime is how long WaitAdaptive spins before it blocks. Zero
+	// means DefaultSpinTime; negative is invalid. The other modes ignore
+	// it.
+	SpinTime time.Duration
+}
+
+// eventq returns the options of the CQ's event queue.
+func (o CQOptions) eventq() (eventq.Options, error) {
+	var m eventq.WaitMode
+	switch o.Wait {
+	case 0, WaitAdaptive:
+		m = eventq.Adaptive
+	case WaitBusyPoll:
+		m = eventq.BusyPoll
+	case WaitNotify:
+		m = eventq.Notify
+	default:
+		return eventq.Options{}, fmt.Errorf("%w: completion queue wait mode %v", ErrInvalid, o.Wait)
+	}
+	if o.SpinTime < 0 {
+		return eventq.Options{}, fmt.Errorf("%w: completion queue spin time %v", ErrInvalid, o.SpinTime)
+	}
+	return eventq.Options{Mode: m, SpinTime: o.SpinTime}, nil
+}
 
 // CQ is a completion queue: a bounded queue of work completions (WC),
 // built on eventq.Queue. Queue pairs post to it; the application polls it,
@@ -34,12 +101,16 @@ type CQ struct {
 	closed   bool
 }
 
-// CreateCQ creates a completion queue holding up to depth completions.
-// opts says how Wait waits (see eventq.Options; the zero value spins
-// briefly, then blocks).
-func (d *Device) CreateCQ(depth int, opts eventq.Options) (*CQ, error) {
+// CreateCQ creates a completion queue holding up to depth completions
+// (depth > 0). opts says how Wait waits; the zero CQOptions spins briefly,
+// then blocks. A depth or an option out of range is ErrInvalid.
+func (d *Device) CreateCQ(depth int, opts CQOptions) (*CQ, error) {
 	cq := &CQ{dev: d, notify: make(chan struct{}, 1)}
-	q, err := eventq.New[WC](depth, opts)
+	eo, err := opts.eventq()
+	if err != nil {
+		return nil, err
+	}
+	q, err := eventq.New[WC](depth, eo)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: create completion queue: %w", err)
 	}
@@ -65,7 +136,7 @@ func (cq *CQ) Poll(wcs []WC) int { return cq.q.TryDequeue(wcs) }
 
 // Wait moves completions into wcs once at least min are queued (1 <= min
 // <= len(wcs); min 0 makes Wait a Poll) and returns how many, at most
-// len(wcs). It waits as configured by the eventq.Options of CreateCQ,
+// len(wcs). It waits as configured by the CQOptions of CreateCQ,
 // until ctx is done (it then returns what is queued, possibly fewer than
 // min, and an error wrapping ctx.Err()) or the CQ is closed (it returns
 // what is left with a nil error, then 0 and ErrClosed once drained).

@@ -14,7 +14,7 @@
 //
 //	dev, _ := verbs.Open(inproc.New())
 //	pd, _ := dev.AllocPD()
-//	cq, _ := dev.CreateCQ(256, eventq.Options{})
+//	cq, _ := dev.CreateCQ(256, verbs.CQOptions{})
 //	qp, _ := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 //	buf := make([]byte, 1<<20)
 //	mr, _ := pd.RegisterMR(buf, mreg.LocalWrite|mreg.RemoteWrite)

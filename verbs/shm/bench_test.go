@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -61,7 +60,7 @@ func newRemoteTarget(b *testing.B, size int, opts ...shm.Option) *remoteTarget {
 		b.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(1024, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		b.Fatal(err)
 	}

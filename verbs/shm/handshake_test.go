@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -169,7 +168,7 @@ func TestDialBadReplyRNR(t *testing.T) {
 	}
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(16, eventq.Options{})
+	cq, err := dev.CreateCQ(16, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

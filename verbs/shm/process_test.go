@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -137,7 +136,7 @@ func peerKilled(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(4*depth, eventq.Options{})
+	cq, err := dev.CreateCQ(4*depth, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,11 +316,11 @@ func TestStats(t *testing.T) {
 // listens at addr. Cleanups close both devices.
 func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string) (*verbs.QP, *verbs.QP) {
 	t.Helper()
-	return connectPairCQ(t, ctx, a, b, addr, eventq.Options{Mode: eventq.BusyPoll})
+	return connectPairCQ(t, ctx, a, b, addr, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 }
 
 // connectPairCQ is connectPair with CQs that wait as cqOpts says.
-func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts eventq.Options) (*verbs.QP, *verbs.QP) {
+func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts verbs.CQOptions) (*verbs.QP, *verbs.QP) {
 	t.Helper()
 	da, err := verbs.Open(a)
 	if err != nil {

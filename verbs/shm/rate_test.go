@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -48,7 +47,7 @@ func receiverMain(addr string) int {
 		return fail(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(4*rateRecvs, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(4*rateRecvs, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		return fail(err)
 	}
@@ -153,7 +152,7 @@ func sendRateProcess(b *testing.B, procs int) {
 	}
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(1024, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		b.Fatal(err)
 	}

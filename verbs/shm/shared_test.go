@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -118,7 +117,7 @@ func newSharedConn(t *testing.T, mode string, srcLen int) *sharedConn {
 		t.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(256, eventq.Options{})
+	cq, err := dev.CreateCQ(256, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
