@@ -141,6 +141,12 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		RecvDepth:  cfg.frames + 1,
 		MaxSendSGE: maxGather,
 		MaxRecvSGE: 1,
+		// The protocol writes only into memory the peer granted and
+		// announces each write with a later frame, so a transfer's
+		// bytes may be placed while the previous transfer's frame is
+		// still in flight: over the same-host provider the sender then
+		// copies each transfer itself.
+		RelaxedWritePlacement: true,
 	})
 	if err != nil {
 		return

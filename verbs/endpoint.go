@@ -40,6 +40,12 @@ func (e *Endpoint) PD() *PD { return e.qp.pd }
 // for providers that must apply it at the target (see Link.RecvPosted).
 func (e *Endpoint) RNR() RNRPolicy { return e.qp.cfg.RNR }
 
+// RelaxedWritePlacement reports whether the endpoint's queue pair lets the
+// provider place its RDMA WRITEs ahead of the messages before them that
+// consume a RECV (QPConfig.RelaxedWritePlacement). A provider may ignore
+// it.
+func (e *Endpoint) RelaxedWritePlacement() bool { return e.qp.cfg.RelaxedWritePlacement }
+
 // current reports whether e is still its queue pair's connection.
 func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 

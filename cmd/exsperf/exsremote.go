@@ -201,7 +201,7 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	}
 	s.seq++
 	addr := s.addr + "." + strconv.Itoa(s.seq)
-	prov, err := shm.New(shm.WithEagerWrites())
+	prov, err := shm.New()
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
@@ -417,8 +417,8 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 		return exsEnd{}, fmt.Errorf("server: %s", rep.Err)
 	}
 	// A provider per data connection; its statistics are that
-	// connection's. WithEagerWrites as for exs's own.
-	prov, err := shm.New(shm.WithEagerWrites())
+	// connection's.
+	prov, err := shm.New()
 	if err != nil {
 		return exsEnd{}, err
 	}
@@ -594,7 +594,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	if strings.TrimSpace(line) != "listening "+addr {
 		return nil, fmt.Errorf("the peer process did not start (it said %q)", short(line))
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
 		return nil, err
 	}

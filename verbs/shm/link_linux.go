@@ -213,6 +213,7 @@ type link struct {
 	cma       bool            // cross-memory attach works both ways
 	cmaErr    string          // why not, if it does not
 	peerRNR   verbs.RNRPolicy // the peer queue pair's policy, applied here
+	relaxed   bool            // the queue pair's RelaxedWritePlacement
 	conn      *net.UnixConn
 	m         []byte
 	me        *sideBlock
@@ -317,6 +318,12 @@ func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *li
 	return l
 }
 
+// setEndpoint records the queue pair's end of the connection and what the
+// link takes from its configuration.
+func (l *link) setEndpoint(ep *verbs.Endpoint) {
+	l.ep, l.pd, l.relaxed = ep, ep.PD(), ep.RelaxedWritePlacement()
+}
+
 // Peer returns the ends' addresses and the peer process's credentials,
 // from the kernel (SO_PEERCRED). A connecting end has no address of its
 // own: it is named "shm:@PID", its process's pid.
@@ -354,10 +361,11 @@ func (l *link) acquire() bool {
 
 // Transmit carries m to the peer: a one-sided operation directly into (or
 // out of) the peer's registered memory when nothing is in flight before it
-// (with WithEagerWrites, a WRITE also when only SENDs are), otherwise a
-// record on the request ring.
+// (with the queue pair's RelaxedWritePlacement, a WRITE also when only
+// messages that consume a RECV are), otherwise a record on the request
+// ring.
 //
-// An eager WRITE places its bytes before the SENDs in flight are
+// A relaxed WRITE places its bytes before the SENDs in flight are
 // delivered; their delivery and completion stay first (the queue pair
 // completes in order), and a WRITE that fails its checks goes through the
 // ring, so that the target reports it in its turn.
@@ -369,7 +377,7 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	}
 	if l.pendReq.empty() && l.p.opts.directMin <= verbs.MaxMessage &&
 		(l.inflight.n == 0 && (m.Op == verbs.OpRead || m.Op == verbs.OpWrite) ||
-			l.p.opts.eager && m.Op == verbs.OpWrite && l.inflight.oneSided == 0) {
+			l.relaxed && m.Op == verbs.OpWrite && l.inflight.oneSided == 0) {
 		if done, err := l.direct(m, l.inflight.n == 0); done {
 			l.txMu.Unlock()
 			return true, err

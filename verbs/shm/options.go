@@ -10,16 +10,17 @@
 //
 // Data moves by Linux cross-memory attach (process_vm_writev and
 // process_vm_readv): an RDMA WRITE or READ with nothing in flight before
-// it (with WithEagerWrites, a WRITE with only SENDs in flight before it) is
-// checked by the initiator against the peer's published registrations
-// (verbs.RegionInfo.Check) and copied into or out of the peer's memory by
-// the initiator alone, without the peer's CPU; other
-// messages go through the request ring, small payloads inline, large
-// ones as the initiator's iovecs that the target's receiver reads (or, for
-// a READ, writes) directly. The rendezvous checks with a real call that
-// cross-memory attach is permitted (ptrace policy or a seccomp profile
-// may forbid it); when it is not, every byte travels inline through the
-// rings, and the connection's statistics say so (Provider.Stats).
+// it (for a queue pair with verbs.QPConfig.RelaxedWritePlacement, a WRITE
+// with only SENDs in flight before it) is checked by the initiator against
+// the peer's published registrations (verbs.RegionInfo.Check) and copied
+// into or out of the peer's memory by the initiator alone, without the
+// peer's CPU; other messages go through the request ring, small payloads
+// inline, large ones as the initiator's iovecs that the target's receiver
+// reads (or, for a READ, writes) directly. The rendezvous checks with a
+// real call that cross-memory attach is permitted (ptrace policy or a
+// seccomp profile may forbid it); when it is not, every byte travels
+// inline through the rings, and the connection's statistics say so
+// (Provider.Stats).
 //
 // Memory from the provider's shared allocator (Provider.Alloc) is a memfd
 // of its own that the peers a region in it is published to receive over
@@ -89,7 +90,6 @@ type options struct {
 	directMin int
 	spin      time.Duration
 	noCMA     bool
-	eager     bool
 	reqRing   uint64
 	respRing  uint64
 	peerArena uint64 // bytes of the peer's arenas mapped per connection
@@ -155,24 +155,6 @@ func WithSpin(d time.Duration) Option {
 		o.spin = d
 		return nil
 	}
-}
-
-// WithEagerWrites lets the initiator do an RDMA WRITE itself (into
-// shared-allocator memory, or with cross-memory attach) while SENDs are
-// still in flight before it, as long as no READ or WRITE is; without it a
-// WRITE takes the direct path only when nothing at all is in flight.
-// Delivery and completion stay in order, but placement does not: the
-// WRITE's bytes land before the earlier SENDs are delivered, even if one of
-// them is then held for want of a RECV or refused, and the WRITE then
-// completes successfully after that failure instead of being flushed. A
-// WRITE that fails its checks still goes through the ring and fails in
-// its turn. It suits a protocol that writes only into memory the peer has
-// granted and announces each write with a later SEND (exs does: a stream
-// of WRITE + SEND pairs then copies every WRITE on the initiator's side
-// instead of through the ring); the verbs conformance suite, which checks
-// placement against an earlier SEND's fate, runs without it.
-func WithEagerWrites() Option {
-	return func(o *options) error { o.eager = true; return nil }
 }
 
 // WithoutCMA makes the provider refuse cross-memory attach, as if the

@@ -35,8 +35,6 @@ func modeOptions(mode string) []shm.Option {
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	case "nocma-default":
 		return []shm.Option{shm.WithoutCMA()}
-	case "shared-eager":
-		return []shm.Option{shm.WithEagerWrites()}
 	case "shared-nocma":
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	}

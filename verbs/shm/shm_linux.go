@@ -677,7 +677,8 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 		return nil, err
 	}
 	l := newLink(r.l.p, 1, r.m, r.lo, r.conn)
-	l.ep, l.pd, l.peerPID, l.peerRNR = ep, ep.PD(), r.pid, r.peerRNR
+	l.setEndpoint(ep)
+	l.peerPID, l.peerRNR = r.pid, r.peerRNR
 	l.addrs = verbs.Peer{LocalAddr: r.l.addr, RemoteAddr: fmt.Sprintf("%s@%d", Scheme, r.pid), Cred: &r.cred}
 	l.pidfd, r.pidfd = r.pidfd, -1
 	l.cma, l.cmaErr = r.cmaErr == "", r.cmaErr
@@ -783,7 +784,8 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 	*h = header{magic: headerMagic, version: protoVersion, reqSize: lo.reqSize, respSize: lo.respSize,
 		nonce: binary.LittleEndian.Uint64(nb[:])}
 	l := newLink(p, 0, m, lo, c)
-	l.ep, l.pd, l.peerPID, l.pidfd = ep, ep.PD(), pid, pidfd
+	l.setEndpoint(ep)
+	l.peerPID, l.pidfd = pid, pidfd
 	l.addrs = verbs.Peer{LocalAddr: fmt.Sprintf("%s@%d", Scheme, os.Getpid()), Cred: &cred}
 	p.addLink(l)
 

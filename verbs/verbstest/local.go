@@ -196,7 +196,8 @@ func newLocalQP(d *verbs.Device, spec QPSpec) (*localQP, error) {
 	qp, err := pd.CreateQP(verbs.QPConfig{
 		SendCQ: cq, RecvCQ: cq,
 		SendDepth: spec.SendDepth, RecvDepth: spec.RecvDepth,
-		RNR: spec.RNR,
+		RNR:                   spec.RNR,
+		RelaxedWritePlacement: spec.RelaxedWritePlacement,
 	})
 	if err != nil {
 		cq.Close()
