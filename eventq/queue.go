@@ -55,11 +55,9 @@ type Queue[T any] struct {
 	avail    atomic.Int64
 	isClosed atomic.Bool
 
-	mode        WaitMode
-	spin        time.Duration
-	spinIter    int
-	progress    func() bool // Options.Progress
-	beforeBlock func()      // Options.BeforeBlock
+	mode     WaitMode
+	spin     time.Duration
+	spinIter int
 }
 
 // waiter is one goroutine blocked in a waiting operation. Waiters are
@@ -101,9 +99,6 @@ func New[T any](depth int, opts Options) (*Queue[T], error) {
 		mode:     mode,
 		spin:     spin,
 		spinIter: max(1, int(spin/spinIterCost)),
-
-		progress:    opts.Progress,
-		beforeBlock: opts.BeforeBlock,
 	}
 	return q, nil
 }
@@ -507,9 +502,6 @@ func (q *Queue[T]) spinWait(events []T, min int, peek bool, deadline time.Time, 
 
 	start := time.Now()
 	for i := 0; ; i++ {
-		if q.progress != nil {
-			q.progress()
-		}
 		if q.avail.Load() >= need || q.isClosed.Load() {
 			q.mu.Lock()
 			k, ok, err := q.tryLocked(events, min, peek)
@@ -555,9 +547,6 @@ func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time,
 		claim = 0
 	}
 	need := max(min, 1)
-	if q.beforeBlock != nil {
-		q.beforeBlock()
-	}
 
 	q.mu.Lock()
 	w := q.getWaiterLocked()

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -132,7 +131,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		}
 	}()
 	c.sendDepth = sendDepthFor(cfg.frames)
-	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, eventq.Options{Mode: eventq.Notify}); err != nil {
+	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, verbs.CQOptions{Wait: verbs.WaitNotify}); err != nil {
 		return
 	}
 	c.qp, err = d.pd.CreateQP(verbs.QPConfig{
@@ -142,6 +141,12 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		RecvDepth:  cfg.frames + 1,
 		MaxSendSGE: maxGather,
 		MaxRecvSGE: 1,
+		// The protocol writes only into memory the peer granted and
+		// announces each write with a later frame, so a transfer's
+		// bytes may be placed while the previous transfer's frame is
+		// still in flight: over the same-host provider the sender then
+		// copies each transfer itself.
+		RelaxedWritePlacement: true,
 	})
 	if err != nil {
 		return
@@ -756,15 +761,13 @@ func (c *conn) close() {
 }
 
 // idle waits for work: a posted operation, a close, a completion. In
-// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins. While
-// it spins it runs the provider's receive work itself (CQ.Progress); before
-// it blocks it hands that work back (CQ.Unpoll).
+// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins.
 func (c *conn) idle() {
 	s := c.s
 	if s.cfg.wait != WaitNotify {
 		start := time.Now()
 		for i := 1; ; i++ {
-			if s.ncmd.Load() != 0 || c.cq.Len() != 0 || c.cq.Progress() {
+			if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
 				return
 			}
 			runtime.Gosched()
@@ -774,7 +777,6 @@ func (c *conn) idle() {
 		}
 	}
 	s.sleeping.Store(true)
-	c.cq.Unpoll()
 	c.cq.RequestNotify()
 	if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
 		s.sleeping.Store(false)

@@ -21,11 +21,17 @@ var defaultInproc = inproc.New()
 // defaultShm is the same-host provider of stacks that name no other for
 // the "shm" scheme, shared by the stacks of the process. It holds no
 // resources until a stack listens or connects through it (outside Linux
-// its Listen and Dial fail). Its WRITEs are eager (shm.WithEagerWrites):
-// the protocol writes only into memory the peer granted and announces
-// each write with a later frame, so a transfer's bytes may be placed while
-// the previous transfer's frame is still in flight.
-var defaultShm = shm.New(shm.WithEagerWrites())
+// its Listen and Dial fail).
+var defaultShm = mustShm(shm.New())
+
+// mustShm returns p. shm.New fails only for an option out of its range,
+// and defaultShm has none.
+func mustShm(p *shm.Provider, err error) *shm.Provider {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 // shmScheme is the scheme of the same-host provider's addresses.
 const shmScheme = "shm"

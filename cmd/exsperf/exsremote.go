@@ -109,7 +109,10 @@ type exsServer struct {
 }
 
 func listenExs(addr string, log *zap.Logger) (*exsServer, error) {
-	prov := shm.New()
+	prov, err := shm.New()
+	if err != nil {
+		return nil, err
+	}
 	st, err := exs.NewStack(exs.WithProvider("shm", prov))
 	if err != nil {
 		return nil, err
@@ -198,7 +201,10 @@ func (s *exsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	}
 	s.seq++
 	addr := s.addr + "." + strconv.Itoa(s.seq)
-	prov := shm.New(shm.WithEagerWrites())
+	prov, err := shm.New()
+	if err != nil {
+		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
+	}
 	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", prov))...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
@@ -313,7 +319,11 @@ type exsNetTransport struct {
 
 // dialExs opens the control connection to the server at addr.
 func dialExs(ctx context.Context, name, about, addr string) (*exsNetTransport, error) {
-	t := &exsNetTransport{name: name, about: about, addr: addr, prov: shm.New()}
+	prov, err := shm.New()
+	if err != nil {
+		return nil, err
+	}
+	t := &exsNetTransport{name: name, about: about, addr: addr, prov: prov}
 	st, err := exs.NewStack(exs.WithProvider("shm", t.prov))
 	if err != nil {
 		return nil, err
@@ -407,8 +417,12 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 		return exsEnd{}, fmt.Errorf("server: %s", rep.Err)
 	}
 	// A provider per data connection; its statistics are that
-	// connection's. WithEagerWrites as for exs's own.
-	t.prov = shm.New(shm.WithEagerWrites())
+	// connection's.
+	prov, err := shm.New()
+	if err != nil {
+		return exsEnd{}, err
+	}
+	t.prov = prov
 	st, err := exs.NewStack(append(exsSocketOptions(p, p.Wait), exs.WithProvider("shm", t.prov))...)
 	if err != nil {
 		return exsEnd{}, err
@@ -580,7 +594,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	if strings.TrimSpace(line) != "listening "+addr {
 		return nil, fmt.Errorf("the peer process did not start (it said %q)", short(line))
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), eager writes; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
 	if t.exsNetTransport, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
 		return nil, err
 	}

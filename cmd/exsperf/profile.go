@@ -60,7 +60,7 @@ func printStats(w io.Writer, what string, s0, s1 exs.Stats, conns []shm.ConnStat
 		d(s0.CreditStalls, s1.CreditStalls), d(s0.FrameStalls, s1.FrameStalls), d(s0.HeldPauses, s1.HeldPauses),
 		d(s0.AcksSent, s1.AcksSent), d(s0.CreditFrames, s1.CreditFrames), d(s0.Wakeups, s1.Wakeups))
 	for _, c := range conns {
-		fmt.Fprintf(w, "  shm connection %d: %d copies by process_vm_writev/readv, %d by copy() into shared memory, %d ring messages (%d inline), %d target copies, %d receiver sleeps, %d parked\n",
-			c.QPNum, c.Direct, c.Shared, c.RingMessages, c.Inline, c.TargetCopies, c.Sleeps, c.Parks)
+		fmt.Fprintf(w, "  shm connection %d: %d copies by process_vm_writev/readv, %d by copy() into shared memory, %d ring messages (%d inline), %d target copies, %d receiver sleeps\n",
+			c.QPNum, c.Direct, c.Shared, c.RingMessages, c.Inline, c.TargetCopies, c.Sleeps)
 	}
 }

@@ -118,9 +118,9 @@ func (p *Provider) Free(b []byte) error {
 	delete(p.arenas, base)
 	var flush []*link
 	for l := range p.links {
-		if _, ok := l.arenasSent[a.id]; ok {
-			delete(l.arenasSent, a.id)
-			l.arenaQ = append(l.arenaQ, arenaMsg{kind: arenaDrop, id: a.id, size: uint64(len(a.m)), fd: -1})
+		if _, ok := l.pmu.arenasSent[a.id]; ok {
+			delete(l.pmu.arenasSent, a.id)
+			l.pmu.arenaQ = append(l.pmu.arenaQ, arenaMsg{kind: arenaDrop, id: a.id, size: uint64(len(a.m)), fd: -1})
 			flush = append(flush, l)
 		}
 	}
@@ -181,44 +181,44 @@ type arenaMsg struct {
 // memfd is duplicated, so that Free may close the arena's own meanwhile.
 // Called with p.mu held.
 func (l *link) queueArena(a *arena) bool {
-	if a == nil || !l.started {
+	if a == nil || !l.pmu.started {
 		return false
 	}
-	if _, ok := l.arenasSent[a.id]; ok {
+	if _, ok := l.pmu.arenasSent[a.id]; ok {
 		return false
 	}
 	fd, err := unix.FcntlInt(uintptr(a.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return false // such as EMFILE: the next registration in it tries again
 	}
-	l.arenasSent[a.id] = struct{}{}
-	l.arenaQ = append(l.arenaQ, arenaMsg{kind: arenaAdd, id: a.id, size: uint64(len(a.m)), fd: fd})
+	l.pmu.arenasSent[a.id] = struct{}{}
+	l.pmu.arenaQ = append(l.pmu.arenaQ, arenaMsg{kind: arenaAdd, id: a.id, size: uint64(len(a.m)), fd: fd})
 	return true
 }
 
 // flushArenaMsgs writes the link's queued arena messages to its socket,
 // in the order they were queued. It is called without p.mu, so that a peer
 // that does not read its socket stalls no other connection of the
-// provider; sendMu keeps one writer at a time, hence the order. Each write
+// provider; sock keeps one writer at a time, hence the order. Each write
 // waits at most arenaSendTO; after a failed one (the peer stopped reading,
 // or is gone, or the link closed its socket) the link writes no more and
 // drops what is queued: the peer then goes without the mappings, using
 // cross-memory attach or the ring, so that a stalled peer costs at most
 // one such wait.
 func (l *link) flushArenaMsgs() {
-	l.sendMu.Lock()
-	defer l.sendMu.Unlock()
+	l.sock.Lock()
+	defer l.sock.Unlock()
 	for {
 		l.p.mu.Lock()
-		q := l.arenaQ
-		l.arenaQ = nil
+		q := l.pmu.arenaQ
+		l.pmu.arenaQ = nil
 		l.p.mu.Unlock()
 		if len(q) == 0 {
 			return
 		}
 		for _, m := range q {
-			if !l.sendFailed && l.writeArenaMsg(m) != nil {
-				l.sendFailed = true
+			if !l.sock.failed && l.writeArenaMsg(m) != nil {
+				l.sock.failed = true
 			}
 			if m.fd >= 0 {
 				unix.Close(m.fd)
@@ -227,7 +227,7 @@ func (l *link) flushArenaMsgs() {
 	}
 }
 
-// writeArenaMsg writes an arena message to the socket. Called with sendMu
+// writeArenaMsg writes an arena message to the socket. Called with sock
 // held.
 func (l *link) writeArenaMsg(m arenaMsg) error {
 	var b [arenaMsgLen]byte
@@ -261,9 +261,9 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 		}
 		// Refused before it is mapped, and checked again after (the
 		// link may have died meanwhile).
-		l.txMu.Lock()
+		l.tx.Lock()
 		ok := l.mayMapLocked(id, size)
-		l.txMu.Unlock()
+		l.tx.Unlock()
 		if !ok {
 			return
 		}
@@ -271,21 +271,21 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 		if err != nil {
 			return
 		}
-		l.txMu.Lock()
+		l.tx.Lock()
 		if !l.mayMapLocked(id, size) {
-			l.txMu.Unlock()
+			l.tx.Unlock()
 			unix.Munmap(m)
 			return
 		}
-		l.peerArenas[id] = m
-		l.peerArenaBytes += size
-		l.txMu.Unlock()
+		l.tx.peerArenas[id] = m
+		l.tx.peerArenaBytes += size
+		l.tx.Unlock()
 	case arenaDrop:
-		l.txMu.Lock()
-		m := l.peerArenas[id]
-		delete(l.peerArenas, id)
-		l.peerArenaBytes -= uint64(len(m))
-		l.txMu.Unlock()
+		l.tx.Lock()
+		m := l.tx.peerArenas[id]
+		delete(l.tx.peerArenas, id)
+		l.tx.peerArenaBytes -= uint64(len(m))
+		l.tx.Unlock()
 		if m != nil {
 			unix.Munmap(m)
 		}
@@ -297,34 +297,34 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 // stay within maxPeerArena and the provider's byte limit
 // (WithPeerArenaLimit). A refused arena is simply not mapped: the peer's
 // operations on it take the path they would take for an arena not mapped
-// yet. Called with txMu held.
+// yet. Called with tx held.
 func (l *link) mayMapLocked(id uint32, size uint64) bool {
-	return !l.dead && l.peerArenas[id] == nil && len(l.peerArenas) < maxPeerArena &&
-		size <= l.p.opts.peerArena && l.peerArenaBytes <= l.p.opts.peerArena-size
+	return !l.tx.dead && l.tx.peerArenas[id] == nil && len(l.tx.peerArenas) < maxPeerArena &&
+		size <= l.p.opts.peerArena && l.tx.peerArenaBytes <= l.p.opts.peerArena-size
 }
 
 // dropPeerArenas unmaps every arena of the peer. Called once the link is
 // dead, so that no copy uses them.
 func (l *link) dropPeerArenas() {
-	l.txMu.Lock()
-	ms := l.peerArenas
-	l.peerArenas, l.peerArenaBytes = nil, 0
-	l.txMu.Unlock()
+	l.tx.Lock()
+	ms := l.tx.peerArenas
+	l.tx.peerArenas, l.tx.peerArenaBytes = nil, 0
+	l.tx.Unlock()
 	for _, m := range ms {
 		unix.Munmap(m)
 	}
 }
 
-// arenaSpan returns the bytes of the peer's region that m names, in this
-// side's mapping of the arena the entry says the region lies in, or false
-// if that arena is not mapped here or the entry does not fit in it. ri has
-// passed Check for m, and was read from e. Called with txMu held.
-func (l *link) arenaSpan(e *entry, ri verbs.RegionInfo, raddr uint64, n int) ([]byte, bool) {
+// arenaSpanLocked returns the bytes of the peer's region that m names, in
+// this side's mapping of the arena the entry says the region lies in, or
+// false if that arena is not mapped here or the entry does not fit in it.
+// ri has passed Check for m, and was read from e. Called with tx held.
+func (l *link) arenaSpanLocked(e *entry, ri verbs.RegionInfo, raddr uint64, n int) ([]byte, bool) {
 	id := e.arena.Load()
 	if id == 0 {
 		return nil, false
 	}
-	a := l.peerArenas[id]
+	a := l.tx.peerArenas[id]
 	if a == nil {
 		return nil, false
 	}

@@ -1,0 +1,352 @@
+package shm
+
+// Receiving: the receiver goroutine (run), its spinning and sleeping, and
+// the processing of the records it reads: the outcomes of this side's
+// messages, and the peer's requests, handed to Endpoint.Deliver. The
+// receiver goroutine alone touches the link's rx state.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+// How long one sleep of a receiver on its futex lasts at most: a safety
+// net, wake-ups do not depend on it (the tests stretch it to minutes, so
+// that a lost wake-up shows as a hang).
+var sleepCap = 100 * time.Millisecond
+
+// RecvPosted makes the receiver deliver again the request it holds for
+// want of a RECV.
+func (l *link) RecvPosted() {
+	l.recvPosted.Store(true)
+	l.tx.Lock()
+	if !l.tx.dead {
+		l.me.ringAlways()
+	}
+	l.tx.Unlock()
+}
+
+// run is the receiver: it takes records from the peer's rings and waits
+// on its bell when there are none. It alone does the receive work.
+func (l *link) run() {
+	defer l.exit()
+	var spinStart time.Time
+	idle := 0
+	for !l.stop.Load() {
+		if l.poll() {
+			spinStart, idle = time.Time{}, 0
+			continue
+		}
+		if l.peerGone.Load() {
+			l.onPeerGone()
+			return
+		}
+		// Read the clock on every 8th empty poll only: it costs as
+		// much as a poll.
+		if idle++; idle&7 != 1 {
+			runtime.Gosched()
+			continue
+		}
+		if spinStart.IsZero() {
+			spinStart = time.Now()
+		}
+		if time.Since(spinStart) < l.p.opts.spin {
+			runtime.Gosched()
+			continue
+		}
+		l.sleep()
+		spinStart, idle = time.Time{}, 0
+	}
+}
+
+// poll does what there is to do and reports whether it did anything.
+func (l *link) poll() bool {
+	work := l.pumpIfPending()
+	if l.rx.respIn.ready() {
+		l.processResp()
+		work = true
+	}
+	if l.rx.held && l.recvPosted.Swap(false) {
+		l.rx.held = false
+	}
+	if !l.rx.held && !l.rx.stopped && l.rx.reqIn.ready() {
+		l.processReq()
+		work = true
+	}
+	return work
+}
+
+// sleep blocks on the bell until something may have changed.
+func (l *link) sleep() {
+	l.me.sleeping.Store(sleepNormal)
+	v := l.me.bell.Load()
+	if !l.stop.Load() && !l.peerGone.Load() && !l.rx.respIn.ready() &&
+		(l.rx.held || l.rx.stopped || !l.rx.reqIn.ready()) &&
+		!(l.rx.held && l.recvPosted.Load()) && !l.pumpIfPending() {
+		l.st.wakes.Add(1)
+		sleepOn(&l.me.bell, v, int64(sleepCap))
+	}
+	l.me.sleeping.Store(awake)
+}
+
+// pumpIfPending writes waiting records and reports whether it wrote any.
+func (l *link) pumpIfPending() bool {
+	if !l.hasPend.Load() {
+		return false
+	}
+	l.tx.Lock()
+	defer l.tx.Unlock()
+	return !l.tx.dead && l.pumpLocked()
+}
+
+// fail ends the connection because the peer broke the protocol.
+func (l *link) fail(err error) {
+	l.rx.stopped = true
+	l.ep.Terminated(fmt.Errorf("%w: %w", verbs.ErrTerminated, err))
+	l.stop.Store(true)
+}
+
+// processResp reads the response ring: outcomes of this side's messages,
+// READ data, the peer's TERM.
+func (l *link) processResp() {
+	defer l.publishIn(&l.rx.respIn)
+	for range 256 {
+		rec, err := l.rx.respIn.peek()
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		if rec == nil {
+			return
+		}
+		if len(rec) < respHdr {
+			l.fail(errCorrupt)
+			return
+		}
+		id := binary.LittleEndian.Uint32(rec[8:])
+		switch rec[4] {
+		case recAck:
+			err = l.completeUpTo(id)
+		case recDone:
+			err = l.completeOne(id, errOf(binary.LittleEndian.Uint32(rec[12:])))
+		case recRData:
+			err = l.readData(id, rec[respHdr:])
+		case recTerm:
+			l.rx.respIn.advance(len(rec))
+			l.rx.peerTerm = true
+			sentinel := verbs.ErrDisconnected
+			if id == termError {
+				sentinel = verbs.ErrTerminated
+			} else {
+				l.deliverBeforeTerm()
+			}
+			l.ep.Terminated(fmt.Errorf("%w: %s", sentinel, rec[respHdr:]))
+			continue
+		default:
+			err = errCorrupt
+		}
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		l.rx.respIn.advance(len(rec))
+	}
+}
+
+// deliverBeforeTerm delivers the requests the peer wrote into the request
+// ring before its TERM of a plain disconnect, as long as they need none of
+// its memory (a single inline record, as every small SEND is): the peer
+// posted them before it went, and verbs lets work in flight at a
+// disconnect arrive. A protocol whose last messages are small SENDs (an
+// acknowledgement posted just before a close) then has them arrive, rather
+// than lost to the order in which this side reads its two rings.
+func (l *link) deliverBeforeTerm() {
+	defer l.publishIn(&l.rx.reqIn)
+	for !l.rx.held && !l.rx.stopped {
+		rec, err := l.rx.reqIn.peek()
+		if err != nil || rec == nil || len(rec) < reqHdr || rec[4] != recReq || rec[6] != modeInline ||
+			binary.LittleEndian.Uint64(rec[32:]) > uint64(len(rec)-reqHdr) {
+			return
+		}
+		if !l.deliver(rec) {
+			return
+		}
+	}
+}
+
+// publishIn publishes how far an incoming ring was read and wakes the peer
+// if it waits for room.
+func (l *link) publishIn(c *consumer) {
+	c.publish()
+	if l.peer.wantSpace.Load() != 0 {
+		l.peer.ringAlways()
+	}
+}
+
+// completeUpTo completes every message in flight up to id, successfully.
+func (l *link) completeUpTo(id uint32) error {
+	l.tx.Lock()
+	if l.tx.term {
+		l.tx.Unlock()
+		return nil
+	}
+	if int32(l.tx.nextID-1-id) < 0 {
+		l.tx.Unlock()
+		return errCorrupt
+	}
+	for {
+		f, ok := l.tx.inflight.front()
+		if !ok || int32(id-f.id) < 0 {
+			break
+		}
+		l.tx.inflight.pop()
+		l.rx.acked = append(l.rx.acked, f.m)
+	}
+	l.tx.Unlock()
+	for i, m := range l.rx.acked {
+		l.ep.Complete(m, nil)
+		l.rx.acked[i] = nil
+	}
+	l.rx.acked = l.rx.acked[:0]
+	return nil
+}
+
+// completeOne completes the message in flight with id, which must be the
+// oldest.
+func (l *link) completeOne(id uint32, err error) error {
+	l.tx.Lock()
+	if l.tx.term {
+		l.tx.Unlock()
+		return nil
+	}
+	f, ok := l.tx.inflight.front()
+	if !ok || f.id != id {
+		l.tx.Unlock()
+		return errCorrupt
+	}
+	l.tx.inflight.pop()
+	l.tx.Unlock()
+	l.ep.Complete(f.m, err)
+	return nil
+}
+
+// readData places bytes of a READ's response into the oldest message in
+// flight, the READ, under tx so that Terminate waits for it.
+func (l *link) readData(id uint32, b []byte) error {
+	l.tx.Lock()
+	defer l.tx.Unlock()
+	if l.tx.term {
+		return nil
+	}
+	f, ok := l.tx.inflight.front()
+	if !ok || f.id != id || f.m.Op != verbs.OpRead || f.m.Sink == nil {
+		return errCorrupt
+	}
+	if _, err := f.m.Sink.Write(b); err != nil {
+		return errCorrupt
+	}
+	return nil
+}
+
+// processReq reads the request ring and hands each request to the
+// endpoint, in order, until one must wait for a RECV, the connection
+// fails, or a batch is done. Successes are acknowledged once per batch.
+func (l *link) processReq() {
+	defer l.publishIn(&l.rx.reqIn)
+	for range 64 {
+		rec, err := l.rx.reqIn.peek()
+		if err != nil {
+			l.fail(err)
+			break
+		}
+		if rec == nil || rec[4] != recReq || len(rec) < reqHdr {
+			if rec != nil {
+				l.fail(errCorrupt)
+			}
+			break
+		}
+		if !l.deliver(rec) {
+			break
+		}
+	}
+	// Under tx: Terminate may have flushed the acknowledgement.
+	l.tx.Lock()
+	if l.tx.ackPend && !l.tx.dead {
+		l.flushAckLocked()
+		l.peer.ring()
+	}
+	l.tx.Unlock()
+}
+
+// deliver hands one request to the endpoint and reports whether the
+// receiver may go on with the next.
+func (l *link) deliver(rec []byte) bool {
+	op := verbs.Opcode(rec[5])
+	mode, nseg := rec[6], int(rec[7])
+	id := binary.LittleEndian.Uint32(rec[8:])
+	n := binary.LittleEndian.Uint64(rec[32:])
+	if n > verbs.MaxMessage {
+		l.fail(errCorrupt)
+		return false
+	}
+	l.rx.tm = verbs.Message{
+		Op: op, Imm: binary.LittleEndian.Uint32(rec[12:]),
+		RKey: mreg.Key(binary.LittleEndian.Uint32(rec[16:])), RAddr: binary.LittleEndian.Uint64(rec[24:]),
+		Len: int(n),
+	}
+	if err := l.rx.rd.reset(op, mode, rec, int(n), nseg); err != nil {
+		l.fail(err)
+		return false
+	}
+	if op == verbs.OpRead {
+		l.rx.sk.reset(mode, id, l.rx.rd.iov, int(n))
+		l.rx.tm.Sink = &l.rx.sk
+	} else {
+		l.rx.tm.Payload = &l.rx.rd
+	}
+	l.delivering.Store(true)
+	err := l.ep.Deliver(&l.rx.tm)
+	if err == nil && l.rx.rd.rem > 0 && op != verbs.OpRead {
+		err = l.rx.rd.discard()
+	}
+	l.tx.Lock()
+	l.delivering.Store(false)
+	defer l.tx.Unlock()
+	l.rx.tm = verbs.Message{}
+	if l.tx.dead {
+		l.rx.stopped = true
+		return false
+	}
+	goOn := true
+	switch {
+	case err == nil:
+		l.rx.reqIn.advance(l.rx.rd.recLen)
+		l.tx.ackID, l.tx.ackPend = id, true
+	case errors.Is(err, verbs.ErrNoRecv) && l.peerRNR != verbs.RNRFail:
+		// Held, and delivered again on RecvPosted; once terminated,
+		// never: the peer flushes it.
+		l.rx.held = !l.tx.term
+		l.rx.stopped = l.tx.term
+		goOn = false
+	default:
+		l.flushAckLocked()
+		l.emitLocked(item{kind: recDone, id: id, code: codeOf(err)})
+		l.rx.stopped = true
+		goOn = false
+	}
+	if l.tx.termPend {
+		l.tx.termPend = false
+		l.flushAckLocked()
+		l.emitLocked(item{kind: recTerm, code: l.tx.termKind, data: []byte(l.tx.termText)})
+	}
+	if !goOn {
+		l.peer.ring()
+	}
+	return goOn
+}
