@@ -276,6 +276,13 @@ func (s *Socket) connectLoop(idx int32) {
 	}
 	if err != nil {
 		s.log.Debug("connect failed", zap.String("addr", s.addr), zap.Error(err))
+		// The socket takes no more operations before its connect's event
+		// can be seen: those posted already fail with the connect's error.
+		s.mu.Lock()
+		if !s.closing {
+			s.state = sockFailed
+		}
+		s.mu.Unlock()
 		s.complete(idx, 0, err, nil)
 		s.flushDone()
 		s.finish(err, 1)

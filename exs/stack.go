@@ -123,6 +123,12 @@ func (st *Stack) Close() error {
 	}
 	st.mu.Unlock()
 
+	// Every socket counts as closing before any of them closes: the first
+	// to go disconnects its peers, whose operations must then be canceled,
+	// not reset.
+	for _, s := range socks {
+		s.closingA.Store(true)
+	}
 	for _, s := range socks {
 		s.closeInternal()
 	}
