@@ -54,7 +54,11 @@ import (
 	"syscall"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/internal/dynproto/hook"
 )
+
+// engineOps copies an engine and encodes its state, for Clone and AppendKey.
+var engineOps = hook.Engine[dynproto.Engine]()
 
 // RecvOp is one recv in an application script.
 type RecvOp struct {
@@ -780,7 +784,7 @@ func (w *World) Clone() *World {
 		p := &w.ep[i]
 		q := &c.ep[i]
 		*q = *p
-		q.eng = p.eng.Clone()
+		q.eng = engineOps.Clone(p.eng)
 		q.sendStarts = append([]uint64(nil), p.sendStarts...)
 		q.sendLens = append([]int(nil), p.sendLens...)
 		q.recvWait = append([]bool(nil), p.recvWait...)
@@ -807,7 +811,7 @@ func (w *World) Clone() *World {
 func (w *World) AppendKey(b []byte) []byte {
 	for i := range w.ep {
 		p := &w.ep[i]
-		b = p.eng.AppendKey(b)
+		b = engineOps.AppendKey(p.eng, b)
 		b = binary.AppendUvarint(b, uint64(p.nextSend))
 		b = binary.AppendUvarint(b, uint64(p.nextRecv))
 		b = binary.AppendUvarint(b, uint64(p.drains))
