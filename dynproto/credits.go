@@ -1,0 +1,150 @@
+package dynproto
+
+import "fmt"
+
+// frameCredits is frame flow control (departure 7). fc is the regular frame
+// credits this end holds, owed the regular buffers it has reposted and not
+// yet reported; slot says the peer's credit-slot buffer is free, slotOwed
+// that ours was used and is to be reported.
+type frameCredits struct {
+	fc       int
+	owed     int
+	slot     bool
+	slotOwed bool
+	fstalled bool
+}
+
+// onAnyFrame takes in what every frame carries: the frame credits it
+// returns and the use of a buffer of ours (departure 7), and FlagHeld
+// (departure 11).
+func (e *Engine) onAnyFrame(f *Frame) error {
+	if f.Type == FrameCredit {
+		if e.slotOwed {
+			return fmt.Errorf("%w: second CREDIT frame before the slot was returned", ErrProtocol)
+		}
+		e.slotOwed = true
+	} else {
+		e.owed++
+		if e.owed > e.cfg.Frames {
+			return fmt.Errorf("%w: more frames than buffers", ErrProtocol)
+		}
+	}
+	e.fc += int(f.Credits)
+	if e.fc > e.cfg.PeerFrames {
+		return fmt.Errorf("%w: %d frame credits returned, more than the peer's %d buffers", ErrProtocol, f.Credits, e.cfg.PeerFrames)
+	}
+	e.held = f.Flags&FlagHeld != 0
+	if f.Flags&FlagSlot != 0 {
+		if e.slot {
+			return fmt.Errorf("%w: credit slot returned twice", ErrProtocol)
+		}
+		e.slot = true
+	}
+	return nil
+}
+
+// canFrame reports whether a regular frame may be sent now, counting a stall
+// when it may not.
+func (e *Engine) canFrame() bool {
+	if e.fc > 0 {
+		e.fstalled = false
+		return true
+	}
+	if !e.fstalled {
+		e.fstalled = true
+		e.stats.FrameStalls++
+	}
+	return false
+}
+
+// frame emits a regular frame, returning this end's owed credits with it.
+func (e *Engine) frame(out []Action, id uint64, f Frame) []Action {
+	e.fc--
+	f.Credits = uint16(e.owed)
+	e.owed = 0
+	if e.slotOwed {
+		f.Flags |= FlagSlot
+		e.slotOwed = false
+	}
+	f.Flags |= e.hint()
+	return append(out, Action{Kind: SendFrame, ID: id, Frame: f})
+}
+
+// pumpCredit sends a CREDIT frame into the peer's slot buffer when this end
+// owes at least half its buffers and the slot is free (departure 7).
+func (e *Engine) pumpCredit(out []Action) []Action {
+	if e.owed < max(1, e.cfg.Frames/2) || !e.slot {
+		return out
+	}
+	e.slot = false
+	e.stats.CreditFrames++
+	f := Frame{Type: FrameCredit, Credits: uint16(e.owed)}
+	e.owed = 0
+	if e.slotOwed {
+		f.Flags |= FlagSlot
+		e.slotOwed = false
+	}
+	f.Flags |= e.hint()
+	return append(out, Action{Kind: SendFrame, Frame: f})
+}
+
+func (e *Engine) pumpAck(out []Action) []Action {
+	for {
+		if e.msgs == 0 && (e.unacked == 0 || e.unacked < e.cfg.AckThreshold) {
+			return out
+		}
+		if !e.canFrame() {
+			return out
+		}
+		f := Frame{Type: FrameAck, Len: uint32(e.unacked), Msgs: uint32(e.msgs)}
+		if e.ackTooLong {
+			f.Flags |= FlagTooLong
+		}
+		e.unacked, e.msgs, e.ackTooLong = 0, 0, false
+		e.stats.AcksSent++
+		out = e.frame(out, 0, f)
+		if e.cfg.Type != SeqPacket || e.segs.len() == 0 {
+			return out
+		}
+		// Resume copying after a too-long message.
+		out = e.copyMessages(out)
+		out = e.finishAtEOF(out)
+	}
+}
+
+func (e *Engine) onAck(out []Action, f *Frame) ([]Action, error) {
+	if f.Flags&FlagResume != 0 && e.paused && f.Seq == e.ss {
+		e.paused, e.pauseSent = false, false
+	}
+	if e.bs+int(f.Len) > e.cfg.PeerRecvBuffer {
+		return out, fmt.Errorf("%w: ACK returns more stream-buffer space than was used", ErrProtocol)
+	}
+	e.bs += int(f.Len)
+	if f.Msgs == 0 {
+		if f.Flags&FlagTooLong != 0 {
+			return out, fmt.Errorf("%w: too-long flag on an ACK of no message", ErrProtocol)
+		}
+		return out, nil
+	}
+	// Message mode: the receiver consumed f.Msgs messages sent indirectly.
+	left := int(f.Msgs)
+	for i := 0; i < e.sends.len() && left > 0; i++ {
+		s := e.sends.at(i)
+		if !s.awaitAck {
+			continue
+		}
+		if !s.all {
+			break
+		}
+		s.awaitAck = false
+		left--
+		if left == 0 && f.Flags&FlagTooLong != 0 {
+			s.err = errMsgSize
+			e.stats.MessagesTooLong++
+		}
+	}
+	if left > 0 {
+		return out, fmt.Errorf("%w: ACK of %d messages not sent", ErrProtocol, left)
+	}
+	return e.completeSends(out), nil
+}
