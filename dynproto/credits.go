@@ -43,8 +43,8 @@ func (e *Engine) onAnyFrame(f *Frame) error {
 	return nil
 }
 
-// canFrame reports whether a regular frame may be sent now, counting a stall
-// when it may not.
+// canFrame reports whether a regular frame may be sent now (it takes a
+// credit), counting a stall when it may not (departure 7).
 func (e *Engine) canFrame() bool {
 	if e.fc > 0 {
 		e.fstalled = false
@@ -57,7 +57,9 @@ func (e *Engine) canFrame() bool {
 	return false
 }
 
-// frame emits a regular frame, returning this end's owed credits with it.
+// frame emits a regular frame, taking a credit and returning this end's owed
+// credits (and the slot, if it is owed) with it (departure 7); it carries
+// FlagHeld when the receiver half holds (departure 11).
 func (e *Engine) frame(out []Action, id uint64, f Frame) []Action {
 	e.fc--
 	f.Credits = uint16(e.owed)
@@ -88,6 +90,10 @@ func (e *Engine) pumpCredit(out []Action) []Action {
 	return append(out, Action{Kind: SendFrame, Frame: f})
 }
 
+// pumpAck returns stream-buffer space to the peer's sender: an ACK once at
+// least AckThreshold bytes have been freed, in message mode one for every
+// message consumed, with FlagTooLong if the last of them was too long for
+// its recv (departures 6 and 8; algorithm 4's ACK, batched).
 func (e *Engine) pumpAck(out []Action) []Action {
 	for {
 		if e.msgs == 0 && (e.unacked == 0 || e.unacked < e.cfg.AckThreshold) {
@@ -112,6 +118,11 @@ func (e *Engine) pumpAck(out []Action) []Action {
 	}
 }
 
+// onAck takes in an ACK: byte credits back (b_s += the bytes freed,
+// algorithm 1's credits, departure 8); in message mode, the messages sent
+// through the stream buffer that the receiver consumed, whose sends may now
+// complete (departure 6); and with FlagResume, the answer to this end's
+// PAUSE (departure 11).
 func (e *Engine) onAck(out []Action, f *Frame) ([]Action, error) {
 	if f.Flags&FlagResume != 0 && e.paused && f.Seq == e.ss {
 		e.paused, e.pauseSent = false, false

@@ -20,11 +20,11 @@ import "fmt"
 //	(P_S even)  P_S = P_A                   (P_S odd)   P_S = NEXT_PHASE(P_S)
 //	   │ stale ADVERT (P_A < P_S or S_A < S_S): drop it; if P_S < P_A, P_S = NEXT_PHASE(P_A)
 //
-// Receiver half (algorithms 2-4): a new recv is advertised only when the
-// stream buffer is empty and no earlier recv is pending from an earlier
-// indirect phase (b_r = k_a = k_b = 0), moving P_r to a direct phase; an
-// indirect transfer moves P_r to an indirect phase and makes every
-// outstanding ADVERT stale (k_a).
+// Receiver half (algorithms 2-4): a recv is advertised only when the stream
+// buffer is empty, no recv advertised in an earlier direct phase is still
+// to be filled from it (b_r = k_a = 0) and no earlier recv waits
+// unadvertised, moving P_r to a direct phase; an indirect transfer moves P_r
+// to an indirect phase and makes every outstanding ADVERT stale (k_a).
 type Engine struct {
 	cfg Config
 

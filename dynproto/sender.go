@@ -6,6 +6,7 @@ import (
 	"github.com/exsgo/exs/dynproto/internal/mut"
 )
 
+// sendReq is a send posted and not yet complete.
 type sendReq struct {
 	id       uint64
 	no       uint64 // serial number, for matching write completions
@@ -17,6 +18,7 @@ type sendReq struct {
 	err      error
 }
 
+// advert is an ADVERT the sender holds in q_A.
 type advert struct {
 	phase   Phase
 	seq     Seq
@@ -28,8 +30,8 @@ type advert struct {
 	addr    uint64
 }
 
-// sender is the sender half's state (algorithm 1): the sends not yet
-// complete, q_A, P_S, S_S and the byte credits b_s.
+// sender is the sender half's state: the sends not yet complete and the
+// variables of algorithm 1 (q_A, P_S, S_S, b_s).
 type sender struct {
 	sends     fifo[sendReq] // incomplete sends, in post order
 	cur       int           // index in sends of the first send not fully issued
@@ -149,6 +151,9 @@ func (e *Engine) skipIssued() {
 	}
 }
 
+// onAdvert queues an ADVERT in q_A. Whether it is fresh is judged only when
+// the sender picks a transfer (departure 3); here it is only checked
+// (departure 9).
 func (e *Engine) onAdvert(f *Frame) error {
 	if e.cfg.Mode == IndirectOnly {
 		return fmt.Errorf("%w: ADVERT in indirect-only mode", ErrProtocol)
@@ -171,18 +176,30 @@ func (e *Engine) onAdvert(f *Frame) error {
 	return nil
 }
 
-// pumpSends starts transfers for queued sends (algorithm 1).
+// pumpSends starts transfers for queued sends, one at a time, each with a
+// frame credit (departure 7).
+//
+// Algorithm 1 (S: choose a transfer for the next l_w bytes):
+//  1. a fresh ADVERT at the head of q_A: write directly into it
+//     (freshAdvert drops the stale ones first);
+//  2. otherwise, if b_s > 0: move to an indirect phase and write into the
+//     stream buffer; in dynamic mode on a stream, not while the receiver
+//     holds recvs (departure 11: pause instead);
+//  3. otherwise wait for an ADVERT, an ACK or a frame credit.
 func (e *Engine) pumpSends(out []Action) []Action {
 	for e.skipIssued(); e.cur < e.sends.len(); e.skipIssued() {
 		if !e.canFrame() {
 			return out
 		}
+		// Step 1. A message begun in the stream buffer ends there
+		// (departure 6).
 		if !e.msgInRing {
 			if a := e.freshAdvert(); a != nil {
 				out = e.direct(out, a)
 				continue
 			}
 		}
+		// Step 2.
 		if e.cfg.Mode == DirectOnly {
 			return out
 		}
@@ -191,6 +208,7 @@ func (e *Engine) pumpSends(out []Action) []Action {
 		}
 		e.hstalled = false
 		if e.bs == 0 && !(e.cfg.Type == SeqPacket && e.sends.at(e.cur).n == 0) {
+			// Step 3: no credits (an empty message needs none).
 			if !e.cstalled {
 				e.cstalled = true
 				e.stats.CreditStalls++
@@ -237,16 +255,14 @@ func (e *Engine) pause(out []Action) []Action {
 }
 
 // freshAdvert drops stale ADVERTs from the head of q_A and returns the head
-// if it is usable, switching the sender to a direct phase.
+// if it is usable, switching the sender to a direct phase (algorithm 1,
+// step 1). In a direct phase the head is usable as it is: the ADVERTs of
+// one direct phase are used in order.
 func (e *Engine) freshAdvert() *advert {
 	for e.adverts.len() > 0 {
 		a := e.adverts.at(0)
 		if !e.ps.IsDirect() && e.stale(a) {
-			if e.ps.Before(a.phase) && !mut.NoPhaseJump {
-				// Jump past the ADVERT's phase, so that later ADVERTs
-				// of that same direct phase are recognised as stale too.
-				e.ps = a.phase.Next()
-			}
+			e.jumpPast(a)
 			e.adverts.pop()
 			e.stats.AdvertsDiscarded++
 			continue
@@ -260,7 +276,17 @@ func (e *Engine) freshAdvert() *advert {
 	return nil
 }
 
-// stale is the sender's test for an ADVERT met in an indirect phase.
+// jumpPast moves the sender past the phase of a stale ADVERT: if
+// P_S < P_A, P_S = NEXT_PHASE(P_A), so that the later ADVERTs of that same
+// direct phase are recognised as stale too (algorithm 1, step 1).
+func (e *Engine) jumpPast(a *advert) {
+	if e.ps.Before(a.phase) && !mut.NoPhaseJump {
+		e.ps = a.phase.Next()
+	}
+}
+
+// stale is the sender's test for an ADVERT met in an indirect phase
+// (algorithm 1, step 1): P_A < P_S or S_A < S_S.
 func (e *Engine) stale(a *advert) bool {
 	if a.phase.Before(e.ps) && !mut.NoPhaseCheck {
 		return true
@@ -268,7 +294,10 @@ func (e *Engine) stale(a *advert) bool {
 	return a.seq.Before(e.ss) && !mut.AcceptOldSeq
 }
 
-// direct emits one direct transfer into ADVERT a.
+// direct emits one direct transfer into ADVERT a: l_w = min(queued bytes,
+// room in a); S_S += l_w (algorithm 1, step 1). A WAITALL ADVERT stays at
+// the head of q_A until it is full (departure 5); in message mode a message
+// fills one ADVERT, or is refused if it is longer (departure 6).
 func (e *Engine) direct(out []Action, a *advert) []Action {
 	e.paused, e.pauseSent = false, false
 	f := Frame{Type: FrameDirect, Phase: e.ps, Seq: e.ss, ID: a.id}
@@ -316,17 +345,12 @@ func (e *Engine) direct(out []Action, a *advert) []Action {
 	return e.frame(out, 0, f)
 }
 
-// indirect emits one indirect transfer into the peer's stream buffer.
+// indirect emits one indirect transfer into the peer's stream buffer:
+// S_S += l_w; b_s -= l_w (algorithm 1, step 2). In message mode a message
+// may span several transfers, the last marked end-of-message, and its send
+// completes when the receiver's ACK says it was consumed (departure 6).
 func (e *Engine) indirect(out []Action) []Action {
-	room := e.bs
-	if !mut.RingOverrun {
-		room = min(room, e.cfg.PeerRecvBuffer-e.wpos)
-	} else {
-		room = e.cfg.PeerRecvBuffer - e.wpos
-	}
-	if e.cfg.MaxIndirect > 0 {
-		room = min(room, e.cfg.MaxIndirect)
-	}
+	room := e.indirectRoom()
 	f := Frame{Type: FrameIndirect, Phase: e.ps, Seq: e.ss, RingOff: uint32(e.wpos)}
 	var n int
 	if e.cfg.Type == SeqPacket {
@@ -360,8 +384,25 @@ func (e *Engine) indirect(out []Action) []Action {
 	return e.frame(out, 0, f)
 }
 
+// indirectRoom is the most an indirect transfer may carry now:
+// min(b_s, the contiguous room to the end of the ring), and at most
+// MaxIndirect (departure 8).
+func (e *Engine) indirectRoom() int {
+	room := e.bs
+	if !mut.RingOverrun {
+		room = min(room, e.cfg.PeerRecvBuffer-e.wpos)
+	} else {
+		room = e.cfg.PeerRecvBuffer - e.wpos
+	}
+	if e.cfg.MaxIndirect > 0 {
+		room = min(room, e.cfg.MaxIndirect)
+	}
+	return room
+}
+
 // gather emits writes of up to room bytes taken from the queued sends
-// starting at e.cur, from at most MaxGather sends (stream mode).
+// starting at e.cur, from at most MaxGather sends (stream mode): many small
+// sends become one transfer with a scatter/gather list (departure 4).
 func (e *Engine) gather(out []Action, k Kind, room int, rkey uint32, addr uint64, ringOff int) ([]Action, int) {
 	total := 0
 	for pieces := 0; room > 0 && e.cur < e.sends.len() && pieces < e.cfg.MaxGather; pieces++ {
@@ -383,6 +424,7 @@ func (e *Engine) gather(out []Action, k Kind, room int, rkey uint32, addr uint64
 	return out, total
 }
 
+// write emits one write from send s and records it, for its WriteDone.
 func (e *Engine) write(out []Action, k Kind, s *sendReq, off, n int, rkey uint32, addr uint64, ringOff int) []Action {
 	s.writes++
 	e.writes.push(s.no)
