@@ -72,12 +72,16 @@ func (e *Engine) frame(out []Action, id uint64, f Frame) []Action {
 	return append(out, Action{Kind: SendFrame, ID: id, Frame: f})
 }
 
-// pumpCredit sends a CREDIT frame into the peer's slot buffer when this end
-// owes at least half its buffers and the slot is free (departure 7).
-func (e *Engine) pumpCredit(out []Action) []Action {
-	if e.owed < max(1, e.cfg.Frames/2) || !e.slot {
-		return out
-	}
+// creditDue reports whether a CREDIT frame is to be sent into the peer's
+// slot buffer: this end owes at least half its buffers and the slot is free
+// (departure 7).
+func (e *Engine) creditDue() bool {
+	return e.owed >= max(1, e.cfg.Frames/2) && e.slot
+}
+
+// sendCredit sends a CREDIT frame into the peer's slot buffer, returning
+// every credit owed (departure 7).
+func (e *Engine) sendCredit(out []Action) []Action {
 	e.slot = false
 	e.stats.CreditFrames++
 	f := Frame{Type: FrameCredit, Credits: uint16(e.owed)}

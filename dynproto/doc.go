@@ -69,12 +69,12 @@
 //  5. WAITALL ADVERTs: pumpAdverts (the flag), direct (filled in full).
 //  6. Message mode: direct, indirect, onAck, copyMessages.
 //  7. Frame flow control: credits.go (frameCredits, canFrame, frame,
-//     pumpCredit, onAnyFrame).
+//     creditDue, sendCredit, onAnyFrame).
 //  8. Byte credits, AckThreshold, MaxIndirect: pumpAck, onAck,
 //     indirectRoom.
 //  9. The receiver checks every frame: OnFrame, onAnyFrame and each on*
 //     method.
-//  10. Shutdown, abort and the close rule: Shutdown, pumpFin, onFin,
+//  10. Shutdown, abort and the close rule: Shutdown, finDue, sendFin, onFin,
 //     finishAtEOF, Abort, PeerGone, finishGone.
 //  11. The held-recv hint, PAUSE and RESUME: holding and hint (FlagHeld),
 //     pauseForHeld and pause (PAUSE), onPause, pumpResume and resumeDue

@@ -94,9 +94,14 @@ func (e *Engine) Pump(out []Action) []Action {
 	out = e.pumpAck(out)
 	out = e.pumpAdverts(out)
 	out = e.pumpSends(out)
-	out = e.pumpFin(out)
+	if e.finDue() {
+		out = e.sendFin(out)
+	}
 	out = e.pumpResume(out)
-	return e.pumpCredit(out)
+	if e.creditDue() {
+		out = e.sendCredit(out)
+	}
+	return out
 }
 
 // OnFrame handles a frame from the peer. The caller must repost the frame's

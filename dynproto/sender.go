@@ -97,14 +97,17 @@ func (e *Engine) Shutdown(out []Action) []Action {
 	return e.Pump(out)
 }
 
-// pumpFin sends the FIN after the last byte once the stream is shut down
-// (departure 10).
-func (e *Engine) pumpFin(out []Action) []Action {
-	if e.shutdown && !e.finSent && e.cur == e.sends.len() && e.canFrame() {
-		e.finSent = true
-		out = e.frame(out, 0, Frame{Type: FrameFin, Seq: e.ss})
-	}
-	return out
+// finDue reports whether the FIN is to be sent now: the stream is shut down
+// and every byte before it has been handed to a transfer (departure 10),
+// and a frame credit is at hand.
+func (e *Engine) finDue() bool {
+	return e.shutdown && !e.finSent && e.cur == e.sends.len() && e.canFrame()
+}
+
+// sendFin sends the FIN after the last byte (departure 10).
+func (e *Engine) sendFin(out []Action) []Action {
+	e.finSent = true
+	return e.frame(out, 0, Frame{Type: FrameFin, Seq: e.ss})
 }
 
 // WriteDone reports that the oldest outstanding write has completed.
