@@ -353,3 +353,12 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 }
 
 var _ = dynproto.Dynamic
+
+// trName is the name of the point's transport, "anchor" for the copy
+// anchors.
+func (pt point) trName() string {
+	if pt.tr == nil {
+		return "anchor"
+	}
+	return pt.tr.Name()
+}
