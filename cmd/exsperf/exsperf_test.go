@@ -16,60 +16,23 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(peerEnv) == "1" {
-		// Re-executed by procTransport as "exsperf peer".
-		switch os.Getenv(fakePeerEnv) {
-		case "silent":
-			time.Sleep(time.Minute)
-			os.Exit(0)
-		case "exit":
-			os.Exit(3)
-		case "chatty":
-			os.Exit(chattyPeer())
-		}
+	if os.Getenv(measure.PeerEnv) == "1" {
+		// Re-executed as "exsperf peer" by a transport with a child
+		// process.
 		main()
 		return
 	}
 	goleak.VerifyTestMain(m)
-}
-
-// fakePeerEnv makes a re-executed peer misbehave: "silent" never prints its
-// address line (and ignores its stdin for a minute), "exit" exits with
-// status 3 before printing it, "chatty" serves as usual but prints 4 MiB
-// more after it and exits only once they are written.
-const fakePeerEnv = "EXSPERF_TEST_FAKE_PEER"
-
-// chattyPeer is the "chatty" peer; it returns the exit status.
-func chattyPeer() int {
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	go func() { // owner: chattyPeer, which waits for done
-		defer close(done)
-		br := bufio.NewReader(pr)
-		line, _ := br.ReadString('\n')
-		os.Stdout.WriteString(line)
-		os.Stdout.Write(bytes.Repeat([]byte("chatter\n"), 512<<10))
-		io.Copy(os.Stdout, br)
-	}()
-	err := run(context.Background(), os.Args[1:], pw, os.Stderr)
-	pw.Close()
-	<-done
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "exsperf:", err)
-		return 1
-	}
-	return 0
 }
 
 // fast are flags that keep a run short.
@@ -161,7 +124,7 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"transport: " + autoTransport, "congestion control", "copy() x1 and x2", "path: "} {
+	for _, s := range []string{"transport: " + measure.Auto, "congestion control", "copy() x1 and x2", "path: "} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not say %q:\n%s", s, out)
 		}
@@ -184,10 +147,10 @@ func TestCompareJSON(t *testing.T) {
 			t.Errorf("two-process TCP row without each side's CPU: %+v", r)
 		}
 	}
-	if diff := cmp.Diff([]string{runCopy1, runCopy2, runCopy2C, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
+	if diff := cmp.Diff([]string{measure.RunCopy1, measure.RunCopy2, measure.RunCopy2C, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
-	if rep.Transport != autoTransport || rep.Host.Go == "" || rep.Host.CPUs < 1 {
+	if rep.Transport != measure.Auto || rep.Host.Go == "" || rep.Host.CPUs < 1 {
 		t.Errorf("report header %+v", rep)
 	}
 }
@@ -264,7 +227,7 @@ func TestSweep(t *testing.T) {
 		t.Errorf("rows per figure (-want +got):\n%s", diff)
 	}
 	for _, size := range []int{64, 1 << 20} {
-		for _, m := range modes {
+		for _, m := range measure.Modes {
 			for _, s := range []int{4, 64} {
 				if k := fmt.Sprintf("%d %s %d", size, m, s); fig3[k] != 1 {
 					t.Errorf("fig3: %d rows of %s", fig3[k], k)
@@ -343,7 +306,7 @@ func TestSweep(t *testing.T) {
 		if r[0] == "size" {
 			continue
 		}
-		if !strings.Contains(","+strings.Join(modeNames(modes), ",")+",", ","+r[1]+",") {
+		if !strings.Contains(","+strings.Join(modeNames(measure.Modes), ",")+",", ","+r[1]+",") {
 			t.Errorf("figure 3 row %q: no mode %q", r, r[1])
 		}
 		for _, c := range r[2:] {
@@ -653,88 +616,10 @@ func TestLatencyPercentiles(t *testing.T) {
 	for i := 1000; i >= 1; i-- {
 		rts = append(rts, time.Duration(i)*time.Microsecond)
 	}
-	got := makeLatRow("x", "y", waitBlock, 8, rts)
+	got := makeLatRow("x", "y", measure.WaitBlock, 8, rts)
 	want := latRow{Transport: "x", Run: "y", Wait: "blocking", Size: 8, Samples: 1000, Min: 1, P50: 500, P99: 990, P999: 999, Mean: 500.5}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
-	}
-}
-
-// TestEnginePairDelivers streams through the engine pair in every mode with
-// a stream buffer small enough to wrap often, checking every byte.
-func TestEnginePairDelivers(t *testing.T) {
-	for _, m := range modes {
-		for _, size := range []int{1, 100, 4096 + 7} {
-			for _, so := range [][2]int{{1, 1}, {3, 8}, {8, 3}} {
-				t.Run(fmt.Sprintf("%v/%d/sends%d-recvs%d", m, size, so[0], so[1]), func(t *testing.T) {
-					mp, err := newMemPair(pairParams{Mode: m, Size: size, Sends: so[0], Recvs: so[1], Ring: 3 * 4096, Verify: true, Seed: 7})
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := mp.Stream(context.Background(), 0, 5*time.Millisecond)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Bytes == 0 || mp.b.recvOff == 0 {
-						t.Fatalf("nothing delivered: %+v", r)
-					}
-				})
-			}
-		}
-	}
-}
-
-// TestEnginePingPong checks that each round trip moves a whole message both
-// ways.
-func TestEnginePingPong(t *testing.T) {
-	for _, m := range modes {
-		mp, err := newMemPair(pairParams{Mode: m, Size: 1000, Sends: 1, Recvs: 1, Ring: 4096, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts, err := mp.PingPong(context.Background(), 0, 5*time.Millisecond, waitInline)
-		if err != nil {
-			t.Fatalf("%v: %v", m, err)
-		}
-		if n := int64(len(rts)); n == 0 || mp.b.recvBytes < 1000*n || mp.a.recvBytes < 1000*n {
-			t.Errorf("%v: %d round trips, %d and %d bytes received", m, len(rts), mp.a.recvBytes, mp.b.recvBytes)
-		}
-	}
-}
-
-// TestEmulatedLink checks the virtual-time link against its two limits: the
-// window (outstanding bytes per round trip) and the link rate.
-func TestEmulatedLink(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		mode dynproto.Mode
-		size int
-		link linkParams
-		want float64 // GB/s
-	}{
-		// 32 outstanding 64 KiB recvs per 48 ms round trip.
-		{"window", dynproto.DirectOnly, 64 << 10, linkParams{48 * time.Millisecond, 10e9}, 32 * 65536 / 0.048 / 1e9},
-		// 32 MiB outstanding per 1 ms: the 10 Gbit/s link limits.
-		{"link", dynproto.DirectOnly, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
-		{"link-dynamic", dynproto.Dynamic, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := tc.link
-			mp, err := newMemPair(pairParams{Mode: tc.mode, Size: tc.size, Sends: 32, Recvs: 32, Ring: 4 << 20, Link: &l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := mp.Stream(context.Background(), 500*time.Millisecond, 2*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !r.Virtual || r.Elapsed != 2*time.Second {
-				t.Errorf("elapsed %v virtual %v", r.Elapsed, r.Virtual)
-			}
-			if got := r.gbps(); math.Abs(got-tc.want)/tc.want > 0.03 {
-				t.Errorf("%.4f GB/s, want %.4f within 3%%", got, tc.want)
-			}
-		})
 	}
 }
 
@@ -757,165 +642,8 @@ func TestCompareFallback(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
-	if strings.Contains(out, "transport: "+autoTransport) {
-		t.Errorf("output claims the %s transport:\n%s", autoTransport, out)
-	}
-}
-
-// TestExsLateSender: a sender that starts only after the receiver ended and
-// the stack closed (a loaded machine) is the end of the measurement, not a
-// failure; and a receiver whose sender starts late still measures data,
-// since its clock starts at the first completion.
-func TestExsLateSender(t *testing.T) {
-	p := pairParams{Mode: dynproto.Dynamic, Size: 4096, Sends: 4, Recvs: 8, Ring: 1 << 16}
-	t.Run("after close", func(t *testing.T) {
-		pr, err := exsTransport{}.Open(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xp := pr.(*exsPair)
-		var stop atomic.Bool
-		var sent atomic.Int64
-		stop.Store(true)
-		xp.st.Close()
-		if err := xp.cs.sender(&stop, &sent); err != nil {
-			t.Errorf("sender after the stack closed: %v, want nil", err)
-		}
-		if err := xp.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	t.Run("late start", func(t *testing.T) {
-		pr, err := exsTransport{}.Open(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xp := pr.(*exsPair)
-		defer xp.Close()
-		var stop atomic.Bool
-		var sent atomic.Int64
-		serr := make(chan error, 1)
-		time.AfterFunc(300*time.Millisecond, func() { serr <- xp.cs.sender(&stop, &sent) })
-		var got [2]int64
-		rerr := xp.rs.receiver(context.Background(), 5*time.Millisecond, 20*time.Millisecond, func(edge int, bytes int64) bool {
-			got[edge-1] = bytes
-			return edge != edgeEnd
-		})
-		stop.Store(true)
-		xp.st.Close()
-		if err := <-serr; err != nil {
-			t.Errorf("sender: %v", err)
-		}
-		if rerr != nil {
-			t.Fatalf("receiver: %v", rerr)
-		}
-		if got[1] <= got[0] {
-			t.Errorf("bytes at the edges %d, %d: nothing measured with a late sender", got[0], got[1])
-		}
-	})
-}
-
-// TestPeerStartFails: a child that never prints its address line, or exits
-// without it, makes starting the same-host transport (or the TCP one to a
-// child) fail with an error that says so, within the start timeout (or the
-// context's deadline) instead of hanging; the child is stopped and the
-// temporary directory removed.
-func TestPeerStartFails(t *testing.T) {
-	defer func(d time.Duration) { peerStartTimeout = d }(peerStartTimeout)
-	peerStartTimeout = 500 * time.Millisecond
-	exsShm := func(ctx context.Context) error {
-		tr, err := startExsProc(ctx)
-		if err == nil {
-			err = errors.Join(errors.New("started"), tr.Close())
-		}
-		return err
-	}
-	tcpProc := func(ctx context.Context) error {
-		tr, err := newProcTransport("tcp")
-		if err != nil {
-			return err
-		}
-		pr, err := tr.Open(ctx, pairParams{Size: 64, Sends: 1, Recvs: 1})
-		if err == nil {
-			err = errors.Join(errors.New("started"), pr.Close())
-		}
-		return errors.Join(err, tr.Close())
-	}
-	for _, c := range []struct {
-		name, fake string
-		start      func(context.Context) error
-		ctx        time.Duration // the context's deadline; 0 for none
-		want       string
-	}{
-		{"silent", "silent", exsShm, 0, "did not start: no address line within 500ms"},
-		{"silent ctx", "silent", exsShm, 200 * time.Millisecond, "context deadline exceeded"},
-		{"exit", "exit", exsShm, 0, "exit status 3"},
-		{"tcp silent", "silent", tcpProc, 0, "did not start: no address line within 500ms"},
-		{"tcp exit", "exit", tcpProc, 0, "exit status 3"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			tmp := t.TempDir()
-			t.Setenv("TMPDIR", tmp)
-			t.Setenv(fakePeerEnv, c.fake)
-			ctx := context.Background()
-			if c.ctx > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, c.ctx)
-				defer cancel()
-			}
-			begin := time.Now()
-			res := make(chan error, 1)
-			go func() { res <- c.start(ctx) }() // owner: this test, which takes res or fails
-			var err error
-			select {
-			case err = <-res:
-			case <-time.After(30 * time.Second):
-				t.Fatal("starting the transport has not returned after 30s")
-			}
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v, want one that says %q", err, c.want)
-			}
-			if el := time.Since(begin); el > 5*time.Second {
-				t.Errorf("the start took %v to fail", el)
-			}
-			if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-				t.Errorf("temporary directory after the failed start: %v, %v", ents, err)
-			}
-		})
-	}
-}
-
-// TestPeerChatty: a child that prints much more than a pipe holds after
-// its address line neither blocks nor has to be killed: a measurement runs
-// over it, and Close returns without error, well before the child would
-// be killed.
-func TestPeerChatty(t *testing.T) {
-	t.Setenv(fakePeerEnv, "chatty")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := startExsProc(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pairParams{Mode: dynproto.Dynamic, Size: 64, Sends: 1, Recvs: 1, Ring: 1 << 16, Wait: waitAdaptive}
-	pr, err := tr.Open(ctx, p)
-	if err == nil {
-		var rts []time.Duration
-		rts, err = pr.PingPong(ctx, 0, 20*time.Millisecond, waitAdaptive)
-		if err == nil && len(rts) == 0 {
-			err = errors.New("no round trips")
-		}
-		err = errors.Join(err, pr.Close())
-	}
-	if err != nil {
-		t.Errorf("ping-pong: %v", err)
-	}
-	begin := time.Now()
-	if err := tr.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if el := time.Since(begin); el >= peerExitTimeout {
-		t.Errorf("Close took %v", el)
+	if strings.Contains(out, "transport: "+measure.Auto) {
+		t.Errorf("output claims the %s transport:\n%s", measure.Auto, out)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
 // series is one line of a plot. NaN values leave a gap.
@@ -178,7 +180,7 @@ func (p *plot) write(b *bytes.Buffer, y0 int) {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", px, padT, px, padT+plotH, gridColor)
 		label := tickLabel(x)
 		if p.xSizes {
-			label = strings.ReplaceAll(sizeName(int(x)), " ", "")
+			label = strings.ReplaceAll(measure.SizeName(int(x)), " ", "")
 			label = strings.TrimSuffix(strings.TrimSuffix(label, "iB"), "B")
 		}
 		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", px, padT+plotH+18, txtCol, esc(label))

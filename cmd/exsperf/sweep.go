@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -90,7 +91,7 @@ func (o *sweepOpts) fig3Plotted() []int {
 // fig1Sends is figure 1's outstanding sends: half the outstanding recvs.
 func (o *sweepOpts) fig1Sends() int { return max(1, o.recvs/2) }
 
-func (o *sweepOpts) link() linkParams { return linkParams{RTT: o.rtt, Bandwidth: o.bandwidth} }
+func (o *sweepOpts) link() measure.Link { return measure.Link{RTT: o.rtt, Bandwidth: o.bandwidth} }
 
 func sendsRun(sends int) string { return "sends " + strconv.Itoa(sends) }
 
@@ -147,65 +148,58 @@ type sweepStage struct {
 	figures   []int  // the stage runs if one of these is wanted
 	rounds    int
 	warmup, d time.Duration
-	points    func(size int) []point
-	row       func(pt point, r result) row
+	points    func(size int) []measure.Point
+	row       func(pt measure.Point, r measure.Result) row
 }
 
 // stages are the sweep's stages, in the order they run: tr is the
 // transport measured, tcp the TCP anchor (nil if off).
-func (o *sweepOpts) stages(tr, tcp transport) []sweepStage {
+func (o *sweepOpts) stages(tr, tcp measure.Transport) []sweepStage {
 	link := o.link()
 	return []sweepStage{{
 		// fig1 and fig2: sends = recvs/2, all modes, with anchors.
 		name: "fig1", figures: []int{1, 2}, rounds: o.rounds, warmup: o.warmup, d: o.duration,
-		points: func(size int) []point {
-			base := pairParams{Size: size, Sends: o.fig1Sends(), Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-			pts := modePoints(tr, o.modes, base)
-			pts = append(pts, copyAnchors(base)...)
+		points: func(size int) []measure.Point {
+			base := measure.Params{Size: size, Sends: o.fig1Sends(), Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+			pts := measure.ModePoints(tr, o.modes, base)
+			pts = append(pts, measure.CopyAnchors(base)...)
 			if tcp != nil {
-				pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+				pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 			}
 			return pts
 		},
-		row: func(pt point, r result) row { return makeRow("fig1", pt.trName(), pt.run, pt.params, r) },
+		row: func(pt measure.Point, r measure.Result) row {
+			return makeRow("fig1", pt.TransportName(), pt.Run, pt.Params, r)
+		},
 	}, {
 		// fig3 and fig4: every mode, recvs fixed, sends varied; fig4 shows
 		// the dynamic mode's runs.
 		name: "fig3", figures: []int{3, 4}, rounds: o.rounds, warmup: o.warmup, d: o.duration,
-		points: func(size int) []point {
-			var pts []point
+		points: func(size int) []measure.Point {
+			var pts []measure.Point
 			for _, m := range o.fig3Modes() {
 				for _, s := range o.sendsList {
-					pts = append(pts, point{run: m.String() + ", " + sendsRun(s), tr: tr,
-						params: pairParams{Mode: m, Size: size, Sends: s, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed}})
+					pts = append(pts, measure.Point{Run: m.String() + ", " + sendsRun(s), Tr: tr,
+						Params: measure.Params{Mode: m, Size: size, Sends: s, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed}})
 				}
 			}
 			return pts
 		},
-		row: func(pt point, r result) row {
-			return makeRow("fig3", pt.tr.Name(), pt.params.Mode.String(), pt.params, r)
+		row: func(pt measure.Point, r measure.Result) row {
+			return makeRow("fig3", pt.Tr.Name(), pt.Params.Mode.String(), pt.Params, r)
 		},
 	}, {
 		// fig5: distance, on the engine over an emulated link, in
 		// virtual time: one round.
 		name: "fig5", figures: []int{5}, rounds: 1, warmup: o.vwarmup, d: o.vduration,
-		points: func(size int) []point {
-			base := pairParams{Size: size, Sends: o.distSends, Recvs: o.distOut, Ring: o.ring, Link: &link, AdvertsFirst: o.distStart == "adverts-first"}
-			return modePoints(engineTransport{}, o.modes, base)
+		points: func(size int) []measure.Point {
+			base := measure.Params{Size: size, Sends: o.distSends, Recvs: o.distOut, Ring: o.ring, Link: &link, AdvertsFirst: o.distStart == "adverts-first"}
+			return measure.ModePoints(measure.Engine{}, o.modes, base)
 		},
-		row: func(pt point, r result) row { return makeRow("fig5", "engine+link", pt.run, pt.params, r) },
+		row: func(pt measure.Point, r measure.Result) row {
+			return makeRow("fig5", "engine+link", pt.Run, pt.Params, r)
+		},
 	}}
-}
-
-// modePoints are the points of each mode on tr, with base's parameters.
-func modePoints(tr transport, ms []dynproto.Mode, base pairParams) []point {
-	var pts []point
-	for _, m := range ms {
-		p := base
-		p.Mode = m
-		pts = append(pts, point{run: m.String(), tr: tr, params: p})
-	}
-	return pts
 }
 
 func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
@@ -217,7 +211,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 		return err
 	}
 	defer tr.Close()
-	var tcp transport
+	var tcp measure.Transport
 	var notes []string
 	if o.want(1) || o.want(2) {
 		if tcp, notes, err = prepareTCP(o.tcp, &o.cc); err != nil {
@@ -243,7 +237,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 }
 
 // report starts the sweep's report: what is measured, where and how.
-func (o *sweepOpts) report(e *env, tr transport, notes []string) *report {
+func (o *sweepOpts) report(e *env, tr measure.Transport, notes []string) *report {
 	return &report{Tool: "exsperf", Command: e.line, Host: readHost(), Transport: tr.Name(), About: tr.Describe(), Notes: notes,
 		Params: map[string]any{"sizes": o.sizes, "recvs": o.recvs, "fig1_sends": o.fig1Sends(), "fig3_sends": o.sendsList,
 			"fig3_modes": modeNames(o.fig3Modes()), "fig3_plotted_sizes": o.fig3Plotted(),
@@ -267,7 +261,8 @@ func (o *sweepOpts) measure(ctx context.Context, e *env, stages []sweepStage, re
 		if !o.wantAny(st.figures) {
 			continue
 		}
-		err := runStreams(ctx, prog, o.seed, st.rounds, st.warmup, st.d, o.sizes, st.points, func(size int, pts []point, rs []result) {
+		sched := measure.Schedule{Seed: o.seed, Rounds: st.rounds, Warmup: st.warmup, Duration: st.d, Step: prog.step}
+		err := sched.Run(ctx, o.sizes, st.points, func(size int, pts []measure.Point, rs []measure.Result) {
 			for i, pt := range pts {
 				rep.Stream = append(rep.Stream, st.row(pt, rs[i]))
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -88,7 +89,7 @@ type namedPlot struct {
 func renderSweep(o *sweepOpts, rep *report, v *sweepView) (string, []namedPlot) {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# exsperf sweep\n\n`%s`\n\nhost: %s\n\ntransport: %s: %s\n\n", rep.Command, rep.Host, rep.Transport, rep.About)
-	fmt.Fprintf(&md, "stream buffer %s; %s\n\n", sizeName(o.ring), o.timing())
+	fmt.Fprintf(&md, "stream buffer %s; %s\n\n", measure.SizeName(o.ring), o.timing())
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&md, "note: %s\n\n", n)
 	}
@@ -181,7 +182,7 @@ func (o *sweepOpts) windowBound(size int) float64 {
 // window bound.
 func (v *sweepView) distance(md io.Writer) []*plot {
 	o := v.o
-	sub := fmt.Sprintf("%s; outstanding sends %d, recvs %d; stream buffer %s", o.link(), o.distSends, o.distOut, sizeName(o.ring))
+	sub := fmt.Sprintf("%s; outstanding sends %d, recvs %d; stream buffer %s", o.link(), o.distSends, o.distOut, measure.SizeName(o.ring))
 	fmt.Fprintf(md, "## Figure 5: throughput over distance (Mbit/s), %s\n\n", sub)
 	fmt.Fprintf(md, "The engine transport over an emulated link in virtual time (%v warm-up, %v measured; the sender starts %s); the window bound min(link, %d x size / RTT) for reference.\n\n",
 		o.vwarmup, o.vduration, map[string]string{"together": "together with the receiver", "adverts-first": "once the first ADVERTs have arrived"}[o.distStart], min(o.distOut, o.distSends))
@@ -232,7 +233,7 @@ func (g *grid) table(w io.Writer, cell func(row) string) {
 		t.align = append(t.align, true)
 	}
 	for _, s := range g.sizes {
-		cells := []string{sizeName(s)}
+		cells := []string{measure.SizeName(s)}
 		for _, r := range g.runs {
 			rw, ok := g.cells[s][r]
 			if !ok {
@@ -255,11 +256,11 @@ func isTCPRun(run string) bool { return strings.HasPrefix(run, "TCP") }
 
 func runStyle(run string) (color, dash string) {
 	switch {
-	case run == runCopy1:
+	case run == measure.RunCopy1:
 		return "#000", "2 3"
-	case run == runCopy2:
+	case run == measure.RunCopy2:
 		return "#888", "2 3"
-	case run == runCopy2C:
+	case run == measure.RunCopy2C:
 		return "#555", "6 3"
 	case isTCPRun(run):
 		return "#d62728", "8 3"
@@ -361,7 +362,7 @@ func (g *sendsGrid) table(w io.Writer, ms []dynproto.Mode, sendsList []int) {
 	}
 	for _, size := range g.sizes {
 		for _, m := range ms {
-			cells := []string{sizeName(size), m.String()}
+			cells := []string{measure.SizeName(size), m.String()}
 			for _, s := range sendsList {
 				cell := "-"
 				if r, ok := g.get(size, m.String(), s); ok {
@@ -379,7 +380,7 @@ func (g *sendsGrid) table(w io.Writer, ms []dynproto.Mode, sendsList []int) {
 // plot draws throughput against outstanding sends at one size, a line per
 // mode, as the paper's figure 3.
 func (g *sendsGrid) plot(size int, ms []dynproto.Mode, sendsList []int, note string) *plot {
-	p := &plot{title: "Throughput vs outstanding sends, " + sizeName(size) + " messages", note: note,
+	p := &plot{title: "Throughput vs outstanding sends, " + measure.SizeName(size) + " messages", note: note,
 		xlabel: "outstanding sends", ylabel: "GB/s", logX: true}
 	sendsList = slices.Sorted(slices.Values(sendsList))
 	for _, m := range ms {

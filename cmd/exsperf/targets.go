@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -61,9 +62,9 @@ type samePath struct {
 
 func (p ratioPoint) where() string {
 	if p.Sends > 0 {
-		return fmt.Sprintf("%s sends %d", sizeName(p.Size), p.Sends)
+		return fmt.Sprintf("%s sends %d", measure.SizeName(p.Size), p.Sends)
 	}
-	return sizeName(p.Size)
+	return measure.SizeName(p.Size)
 }
 
 // figureTarget sums up one figure's ratios.
@@ -216,7 +217,7 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 			r, ok1 := fig1.cells[anchorSize][run]
 			a, ok2 := fig1.cells[anchorSize][anc]
 			if !ok1 || !ok2 || !(a.GBps > 0) {
-				t.Missing = append(t.Missing, fmt.Sprintf("%s: %s or %s not measured at %s", name, run, anc, sizeName(anchorSize)))
+				t.Missing = append(t.Missing, fmt.Sprintf("%s: %s or %s not measured at %s", name, run, anc, measure.SizeName(anchorSize)))
 				return
 			}
 			q := r.GBps / a.GBps
@@ -228,8 +229,8 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 		} else {
 			anchor("direct-only / TCP", dynproto.DirectOnly.String(), tcpRun, wantOverTCP)
 		}
-		anchor("indirect-only / copy() x2", dynproto.IndirectOnly.String(), runCopy2, wantOverCopy)
-		anchor("indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), runCopy2C, wantOverCopy)
+		anchor("indirect-only / copy() x2", dynproto.IndirectOnly.String(), measure.RunCopy2, wantOverCopy)
+		anchor("indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), measure.RunCopy2C, wantOverCopy)
 	}
 	// Figures 1 and 3 in wall time: figure 5's emulated link has no noise.
 	var same []float64
@@ -298,7 +299,7 @@ func (t *targets) write(w io.Writer) {
 			tb.head, tb.align = append(tb.head, c.head), append(tb.align, true)
 		}
 		for _, size := range t.sizes {
-			cells := []string{sizeName(size)}
+			cells := []string{measure.SizeName(size)}
 			for _, c := range cols {
 				i := slices.IndexFunc(t.Points, func(p ratioPoint) bool { return p.Figure == c.fig && p.Size == size && p.Sends == c.sends })
 				switch {
@@ -333,7 +334,7 @@ func (t *targets) write(w io.Writer) {
 		tb.add(name, measured, fmt.Sprintf("min %s (%s)", fmtRatio(f.Min.Ratio, t.WantDynamic), f.Min.where()), yes[*f.Met])
 	}
 	for _, a := range t.Anchors {
-		tb.add(fmt.Sprintf("%s at %s >= %g", a.Name, sizeName(a.Size), a.Want),
+		tb.add(fmt.Sprintf("%s at %s >= %g", a.Name, measure.SizeName(a.Size), a.Want),
 			fmt.Sprintf("%s GB/s vs %s GB/s", sig(a.GBps), sig(a.AnchorGBps)), fmtRatio(a.Ratio, a.Want), yes[a.Met])
 	}
 	tb.write(w)
