@@ -84,8 +84,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		t.align = t.align[:len(t.head)]
 	}
 	// Print the header now and rows as sizes complete.
-	hdr := *t
-	hdr.write(out)
+	t.write(out)
 	points := func(size int) []measure.Point {
 		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
 		pts := measure.CopyAnchors(base)
@@ -97,29 +96,11 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	nPoints := len(points(1))
 	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints*o.rounds)
 	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
-		var copyRate, tcpRate float64
-		for i, pt := range pts {
-			if pt.Run == measure.RunCopy1 {
-				copyRate = rs[i].GBps()
-			}
-			if tcp != nil && pt.Tr == tcp {
-				tcpRate = rs[i].GBps()
-			}
-		}
-		t.rows = nil
-		for i, pt := range pts {
-			rw := makeRow("compare", pt.TransportName(), pt.Run, pt.Params, rs[i])
-			rep.Stream = append(rep.Stream, rw)
-			cells := []string{measure.SizeName(size), pt.Run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
-			if tcp != nil {
-				cells = append(cells, ratio(rw.GBps, tcpRate))
-			}
-			cells = append(cells, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3))
-			t.add(cells...)
-		}
+		rows, cells := compareRows(size, pts, rs, tcp)
+		rep.Stream = append(rep.Stream, rows...)
 		prog.clear()
-		for _, r := range t.rows {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
+		for _, c := range cells {
+			fmt.Fprintf(out, "| %s |\n", strings.Join(c, " | "))
 		}
 	})
 	prog.done()
@@ -142,6 +123,33 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return writeJSON(o.json, e.stdout, rep)
 	}
 	return nil
+}
+
+// compareRows are the rows of one size's results and their cells in the
+// table: each throughput also as a multiple of copy() x1's and, with a TCP
+// anchor, of TCP's.
+func compareRows(size int, pts []measure.Point, rs []measure.Result, tcp measure.Transport) ([]row, [][]string) {
+	var copyRate, tcpRate float64
+	for i, pt := range pts {
+		if pt.Run == measure.RunCopy1 {
+			copyRate = rs[i].GBps()
+		}
+		if tcp != nil && pt.Tr == tcp {
+			tcpRate = rs[i].GBps()
+		}
+	}
+	var rows []row
+	var cells [][]string
+	for i, pt := range pts {
+		rw := makeRow("compare", pt.TransportName(), pt.Run, pt.Params, rs[i])
+		rows = append(rows, rw)
+		c := []string{measure.SizeName(size), pt.Run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
+		if tcp != nil {
+			c = append(c, ratio(rw.GBps, tcpRate))
+		}
+		cells = append(cells, append(c, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3)))
+	}
+	return rows, cells
 }
 
 func spread(r row) string {

@@ -48,7 +48,8 @@ type latPoint struct {
 	p    measure.Params
 }
 
-func runLat(ctx context.Context, e *env, o *latOpts) error {
+// check checks the flags.
+func (o *latOpts) check(e *env) error {
 	if len(e.args) > 0 {
 		return usagef("unexpected argument %q", e.args[0])
 	}
@@ -60,6 +61,47 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 	}
 	if o.tcp != "tcp" && o.tcp != "tcp-proc" && o.tcp != "off" {
 		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
+	}
+	return nil
+}
+
+// points are the latency measurements: each size in each mode on tr in
+// each wait mode (or inline, on the engine), and on the TCP anchor tcp (if
+// not nil) in each of its wait modes.
+func (o *latOpts) points(tr, tcp measure.Transport) []latPoint {
+	var pts []latPoint
+	for _, size := range o.sizes {
+		base := measure.Params{Size: size, Sends: 1, Recvs: 1, Ring: max(4<<20, 2*size), CC: o.cc, Seed: o.seed}
+		for _, m := range o.modes {
+			p := base
+			p.Mode = m
+			if tr.Name() == "engine" {
+				p.Wait = measure.WaitInline
+				pts = append(pts, latPoint{tr, m.String(), measure.WaitInline, p})
+				continue
+			}
+			for _, w := range o.waits {
+				p.Wait = w
+				pts = append(pts, latPoint{tr, m.String(), w, p})
+			}
+		}
+		if tcp != nil {
+			for _, w := range o.waits {
+				if w == measure.WaitAdaptive || w == measure.WaitBusy && !measure.BusyPollSupported {
+					continue // TCP has no adaptive wait of its own
+				}
+				p := base
+				p.Wait = w
+				pts = append(pts, latPoint{tcp, measure.TCPRunName(tcp), w, p})
+			}
+		}
+	}
+	return pts
+}
+
+func runLat(ctx context.Context, e *env, o *latOpts) error {
+	if err := o.check(e); err != nil {
+		return err
 	}
 	tr, err := openTransport(o.transport)
 	if err != nil {
@@ -91,33 +133,7 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
 	fmt.Fprintln(out)
-	var pts []latPoint
-	for _, size := range o.sizes {
-		base := measure.Params{Size: size, Sends: 1, Recvs: 1, Ring: max(4<<20, 2*size), CC: o.cc, Seed: o.seed}
-		for _, m := range o.modes {
-			p := base
-			p.Mode = m
-			if tr.Name() == "engine" {
-				p.Wait = measure.WaitInline
-				pts = append(pts, latPoint{tr, m.String(), measure.WaitInline, p})
-				continue
-			}
-			for _, w := range o.waits {
-				p.Wait = w
-				pts = append(pts, latPoint{tr, m.String(), w, p})
-			}
-		}
-		if tcp != nil {
-			for _, w := range o.waits {
-				if w == measure.WaitAdaptive || w == measure.WaitBusy && !measure.BusyPollSupported {
-					continue // TCP has no adaptive wait of its own
-				}
-				p := base
-				p.Wait = w
-				pts = append(pts, latPoint{tcp, measure.TCPRunName(tcp), w, p})
-			}
-		}
-	}
+	pts := o.points(tr, tcp)
 	t := &table{head: []string{"size", "run", "wait", "round trips", "min us", "p50 us", "p99 us", "p99.9 us", "mean us"},
 		align: []bool{true, false, false, true, true, true, true, true, true}}
 	hdr := *t
