@@ -80,6 +80,13 @@ func number(t *testing.T, cell string) float64 {
 	return v
 }
 
+// mayStarve reports whether a run may move nothing in the tests' 20 ms
+// intervals: the two-CPU copy anchor spins on two threads bound to CPUs 0
+// and 1, and on a loaded machine, or when the runtime needs one of the two
+// Ps they hold, one of them can wait out a whole interval (measure's
+// TestCopyAnchors checks that it moves bytes).
+func mayStarve(run string) bool { return run == measure.RunCopy2C }
+
 func TestCompare(t *testing.T) {
 	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3")...)
 	rows := tableRows(t, out)
@@ -97,7 +104,7 @@ func TestCompare(t *testing.T) {
 		}
 		v := number(t, r[2])
 		lo, hi, _ := strings.Cut(r[3], "..")
-		if !(v > 0) || number(t, lo) > v || v > number(t, hi) {
+		if !(v > 0 || v == 0 && mayStarve(r[1])) || number(t, lo) > v || v > number(t, hi) {
 			t.Errorf("row %q: throughput %v outside its range", r, v)
 		}
 		pct := number(t, r[6])
@@ -136,7 +143,7 @@ func TestCompareJSON(t *testing.T) {
 	var runs []string
 	for _, r := range rep.Stream {
 		runs = append(runs, r.Run)
-		if r.Size != 1024 || !(r.GBps > 0) || r.Bytes <= 0 {
+		if r.Size != 1024 || !(r.GBps > 0 && r.Bytes > 0 || r.Bytes == 0 && mayStarve(r.Run)) {
 			t.Errorf("row %+v", r)
 		}
 		if strings.HasPrefix(r.Run, "TCP") && (r.CPUSend == nil || r.CPURecv == nil) {

@@ -96,7 +96,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("sweep.json: %v", err)
 	}
 	checkSweepRows(t, rep.Stream)
-	checkSweepTargets(t, rep.Targets)
+	checkSweepTargets(t, rep.Targets, rep.Stream)
 	checkSweepFigures(t, dir)
 	md, err := os.ReadFile(filepath.Join(dir, "sweep.md"))
 	if err != nil {
@@ -135,13 +135,20 @@ func checkSweepRows(t *testing.T, rows []row) {
 }
 
 // checkSweepTargets checks the targets of TestSweep's sweep: a ratio per
-// point of figures 1, 3 and 5, and the three anchor ratios at 1 MiB.
-func checkSweepTargets(t *testing.T, tg *targets) {
+// point of figures 1, 3 and 5, and the three anchor ratios at 1 MiB, the
+// last not checked if its anchor moved nothing (mayStarve).
+func checkSweepTargets(t *testing.T, tg *targets, rows []row) {
 	t.Helper()
 	if tg == nil {
 		t.Fatal("sweep.json has no targets")
 	}
-	if len(tg.Points) != 2+2*2+2 || len(tg.Figures) != 3 || len(tg.Anchors) != 3 || len(tg.Missing) != 0 {
+	anchors, missing := 3, 0
+	for _, r := range rows {
+		if r.Figure == "fig1" && r.Size == 1<<20 && r.Bytes == 0 && mayStarve(r.Run) {
+			anchors, missing = 2, 1
+		}
+	}
+	if len(tg.Points) != 2+2*2+2 || len(tg.Figures) != 3 || len(tg.Anchors) != anchors || len(tg.Missing) != missing {
 		t.Fatalf("targets: %d points, %d figures, %d anchors, not checked %q", len(tg.Points), len(tg.Figures), len(tg.Anchors), tg.Missing)
 	}
 	for _, f := range tg.Figures {
