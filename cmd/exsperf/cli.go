@@ -344,15 +344,33 @@ func registerOutput(fs *flag.FlagSet, json *string, seed *int64, quiet *bool) {
 	fs.BoolVar(quiet, "q", false, "shorthand for --quiet")
 }
 
-func (o *streamOpts) check(e *env) error {
+// checkTiming checks that a command has no arguments after its flags, and
+// its timing.
+func checkTiming(e *env, duration, warmup time.Duration) error {
 	if len(e.args) > 0 {
 		return usagef("unexpected argument %q", e.args[0])
 	}
-	if err := durationOK("duration", o.duration, false); err != nil {
+	if err := durationOK("duration", duration, false); err != nil {
 		return usageError{err}
 	}
-	if err := durationOK("warmup", o.warmup, true); err != nil {
+	if err := durationOK("warmup", warmup, true); err != nil {
 		return usageError{err}
+	}
+	return nil
+}
+
+// checkTCP checks the choice of TCP anchor.
+func checkTCP(tcp string) error {
+	switch tcp {
+	case "tcp", "tcp-proc", "off":
+		return nil
+	}
+	return usagef("--tcp %q: want tcp, tcp-proc or off", tcp)
+}
+
+func (o *streamOpts) check(e *env) error {
+	if err := checkTiming(e, o.duration, o.warmup); err != nil {
+		return err
 	}
 	if o.rounds < 1 || o.rounds > 1000 {
 		return usagef("--rounds must be between 1 and 1000")
@@ -363,10 +381,8 @@ func (o *streamOpts) check(e *env) error {
 	if len(o.modes) == 0 || len(o.sizes) == 0 {
 		return usagef("no modes or no sizes")
 	}
-	switch o.tcp {
-	case "tcp", "tcp-proc", "off":
-	default:
-		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
+	if err := checkTCP(o.tcp); err != nil {
+		return err
 	}
 	for _, s := range o.sizes {
 		if s > 64<<20 {

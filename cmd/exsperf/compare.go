@@ -10,6 +10,36 @@ import (
 	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
+// transports are what a command measures on: a transport and the TCP
+// anchor (nil if off), with what there is to say of the anchor.
+type transports struct {
+	tr, tcp measure.Transport
+	notes   []string
+}
+
+// openTransports opens the transport called name and the TCP anchor called
+// which (prepareTCP).
+func openTransports(name, which string, cc *string) (*transports, error) {
+	tr, err := openTransport(name)
+	if err != nil {
+		return nil, err
+	}
+	tcp, notes, err := prepareTCP(which, cc)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return &transports{tr: tr, tcp: tcp, notes: notes}, nil
+}
+
+// close closes the anchor and then the transport.
+func (ts *transports) close() {
+	if ts.tcp != nil {
+		ts.tcp.Close()
+	}
+	ts.tr.Close()
+}
+
 // prepareTCP opens the TCP anchor named by which ("off" gives nil) and
 // checks that the congestion control can be set, falling back to the
 // system's default with a note if not.
@@ -41,22 +71,15 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc}}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, nil, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc})
+	host := rep.Host
 	rep.Notes = append(notes, measure.CopyNote)
 	out := e.stdout
 	if o.json == "-" {
@@ -170,22 +193,15 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed}}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed})
+	host := rep.Host
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard

@@ -50,19 +50,10 @@ type latPoint struct {
 
 // check checks the flags.
 func (o *latOpts) check(e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
+	if err := checkTiming(e, o.duration, o.warmup); err != nil {
+		return err
 	}
-	if err := durationOK("duration", o.duration, false); err != nil {
-		return usageError{err}
-	}
-	if err := durationOK("warmup", o.warmup, true); err != nil {
-		return usageError{err}
-	}
-	if o.tcp != "tcp" && o.tcp != "tcp-proc" && o.tcp != "off" {
-		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
-	}
-	return nil
+	return checkTCP(o.tcp)
 }
 
 // points are the latency measurements: each size in each mode on tr in
@@ -103,21 +94,14 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()}}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()})
+	host := rep.Host
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard

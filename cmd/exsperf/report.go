@@ -186,6 +186,12 @@ type report struct {
 	Targets   *targets       `json:"targets,omitempty"` // sweep only
 }
 
+// newReport starts the report of a command that measures on tr: the
+// command line, the host, the transport, notes and parameters.
+func newReport(e *env, tr measure.Transport, notes []string, params map[string]any) *report {
+	return &report{Tool: "exsperf", Command: e.line, Host: readHost(), Transport: tr.Name(), About: tr.Describe(), Notes: notes, Params: params}
+}
+
 func writeJSON(path string, stdout io.Writer, r *report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

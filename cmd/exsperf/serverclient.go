@@ -168,9 +168,8 @@ func runClient(ctx context.Context, e *env, o *clientOpts) error {
 		}
 	}
 	tr := measure.NewTCPClient(a)
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
-		Params: map[string]any{"server": a.Host, "sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()}}
+	rep := newReport(e, tr, nil, map[string]any{"server": a.Host, "sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()})
+	host := rep.Host
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
@@ -236,10 +235,9 @@ func runExsClient(ctx context.Context, e *env, o *clientOpts, addr string) error
 		return err
 	}
 	defer tr.Close()
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
-		Params: map[string]any{"server": addr, "sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String()}}
+	rep := newReport(e, tr, nil, map[string]any{"server": addr, "sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String()})
+	host := rep.Host
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard

@@ -206,21 +206,16 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	anchor := o.tcp
+	if !o.want(1) && !o.want(2) {
+		anchor = "off" // only figures 1 and 2 have anchors
+	}
+	ts, err := openTransports(o.transport, anchor, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	var tcp measure.Transport
-	var notes []string
-	if o.want(1) || o.want(2) {
-		if tcp, notes, err = prepareTCP(o.tcp, &o.cc); err != nil {
-			return err
-		}
-		if tcp != nil {
-			defer tcp.Close()
-		}
-	}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return err
@@ -238,12 +233,11 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 
 // report starts the sweep's report: what is measured, where and how.
 func (o *sweepOpts) report(e *env, tr measure.Transport, notes []string) *report {
-	return &report{Tool: "exsperf", Command: e.line, Host: readHost(), Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "recvs": o.recvs, "fig1_sends": o.fig1Sends(), "fig3_sends": o.sendsList,
-			"fig3_modes": modeNames(o.fig3Modes()), "fig3_plotted_sizes": o.fig3Plotted(),
-			"ring": o.ring, "duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed,
-			"tcp_congestion_control": o.cc, "fig5_link": o.link().String(), "fig5_outstanding": o.distOut,
-			"fig5_virtual_warmup": o.vwarmup.String(), "fig5_virtual_duration": o.vduration.String(), "fig5_start": o.distStart}}
+	return newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "recvs": o.recvs, "fig1_sends": o.fig1Sends(), "fig3_sends": o.sendsList,
+		"fig3_modes": modeNames(o.fig3Modes()), "fig3_plotted_sizes": o.fig3Plotted(),
+		"ring": o.ring, "duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"tcp_congestion_control": o.cc, "fig5_link": o.link().String(), "fig5_outstanding": o.distOut,
+		"fig5_virtual_warmup": o.vwarmup.String(), "fig5_virtual_duration": o.vduration.String(), "fig5_start": o.distStart})
 }
 
 // measure runs the stages that the wanted figures need, in order, and

@@ -265,25 +265,15 @@ type sockMark struct {
 }
 
 func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
-	var stop atomic.Bool
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	var serr error
-	wg.Add(1)
-	go func() { // the sender; owner: this function, which stops it below
-		defer wg.Done()
-		serr = xp.cs.sender(&stop, &sent)
-	}()
+	snd := xp.cs.goSend()
 	var m [2]sockMark
 	rerr := xp.rs.receiver(ctx, warmup, d, func(edge int, bytes int64) bool {
-		m[edge-1] = sockMark{time.Now(), bytes, sent.Load(), processCPU(), xp.cs.s.Stats()}
+		m[edge-1] = sockMark{time.Now(), bytes, snd.sent.Load(), processCPU(), xp.cs.s.Stats()}
 		return edge != edgeEnd
 	})
-	stop.Store(true)
 	// Closing the stack cancels what is outstanding and wakes the sender;
 	// Close frees the memory once it has stopped.
-	xp.st.Close()
-	wg.Wait()
+	serr := snd.end(xp.st)
 	xp.Close()
 	if rerr != nil {
 		return Result{}, rerr
@@ -387,6 +377,34 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 			return ctx.Err()
 		}
 	}
+}
+
+// asyncSender is a sender (exsEnd.sender) on a goroutine of its own.
+type asyncSender struct {
+	stop atomic.Bool
+	sent atomic.Int64 // the sends completed
+	wg   sync.WaitGroup
+	err  error
+}
+
+// goSend starts e's sender; owner: the caller, which ends it with end.
+func (e *exsEnd) goSend() *asyncSender {
+	s := &asyncSender{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.err = e.sender(&s.stop, &s.sent)
+	}()
+	return s
+}
+
+// end stops the sender, closing the stack st to cancel what is outstanding
+// and wake it, waits for it and returns its error.
+func (s *asyncSender) end(st *exs.Stack) error {
+	s.stop.Store(true)
+	st.Close()
+	s.wg.Wait()
+	return s.err
 }
 
 // sender keeps Sends sends of Size bytes posted until stop; sends complete

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/exsgo/exs/exs"
@@ -180,15 +179,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (Resu
 	if err != nil {
 		return Result{}, err
 	}
-	var stop atomic.Bool
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	var serr error
-	wg.Add(1)
-	go func() { // the sender; owner: this function, which stops it below
-		defer wg.Done()
-		serr = e.sender(&stop, &sent)
-	}()
+	snd := e.goSend()
 	// The client's interval starts at its own warm-up edge and ends when
 	// the server's reply arrives; its CPU time is scaled to the server's
 	// interval, which is about as long.
@@ -198,19 +189,17 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (Resu
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	m[0] = sockMark{time.Now(), 0, sent.Load(), processCPU(), e.s.Stats()}
+	m[0] = sockMark{time.Now(), 0, snd.sent.Load(), processCPU(), e.s.Stats()}
 	var rep exsReply
 	rerr := readMsg(t.ctl, &rep)
-	m[1] = sockMark{time.Now(), 0, sent.Load(), processCPU(), e.s.Stats()}
+	m[1] = sockMark{time.Now(), 0, snd.sent.Load(), processCPU(), e.s.Stats()}
 	t.noteCMA()
 	if os.Getenv(statsEnv) != "" {
 		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, t.prov.Stats())
 	}
-	stop.Store(true)
 	// Closing the stack ends the data connection, the sender's operations
 	// and the server's side.
-	e.st.Close()
-	wg.Wait()
+	serr := snd.end(e.st)
 	closeStack(e.st) // frees the buffers, now that the sender has stopped
 	switch {
 	case rerr != nil:
@@ -223,16 +212,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (Resu
 	r := exsDirect(m[0].stats, m[1].stats)
 	r.Bytes, r.Elapsed = rep.Bytes, rep.Elapsed
 	r.CPUSend, r.CPURecv, r.CPUTotal = -1, rep.CPUProc, -1
-	if span := m[1].at.Sub(m[0].at); span > 0 {
-		scale := rep.Elapsed.Seconds() / span.Seconds()
-		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * scale)
-		if c := cpuDelta(m[0].cpu, m[1].cpu); c >= 0 {
-			r.CPUSend = time.Duration(float64(c) * scale)
-		}
-	}
-	if r.CPUSend >= 0 && r.CPURecv >= 0 {
-		r.CPUTotal = r.CPUSend + r.CPURecv
-	}
+	r.addClient(m[1].at.Sub(m[0].at), m[1].msgs-m[0].msgs, cpuDelta(m[0].cpu, m[1].cpu))
 	r.Note = "wait " + np.p.Wait.String()
 	return r, nil
 }

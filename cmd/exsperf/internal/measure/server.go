@@ -235,6 +235,23 @@ func NewTCPClient(a TCPAddr) Transport {
 	return &netTransport{name: "tcp-net", about: "plain Go TCP to an exsperf server at " + a.Host + " (CPU per side: RUSAGE_SELF of each process)", addr: a}
 }
 
+// addClient sets the client's side of a result whose bytes and interval
+// are the server's: the client counted msgs sends and used cpu (or -1) over
+// its own span of about the same interval (0 if it has none), both scaled to
+// the server's interval; and the total CPU time, if both sides' are known.
+func (r *Result) addClient(span time.Duration, msgs int64, cpu time.Duration) {
+	if span > 0 {
+		scale := r.Elapsed.Seconds() / span.Seconds()
+		r.Msgs = int64(float64(msgs) * scale)
+		if cpu >= 0 {
+			r.CPUSend = time.Duration(float64(cpu) * scale)
+		}
+	}
+	if r.CPUSend >= 0 && r.CPURecv >= 0 {
+		r.CPUTotal = r.CPUSend + r.CPURecv
+	}
+}
+
 // netTransport measures against an exsperf server (plain TCP) at an address.
 type netTransport struct {
 	name  string
@@ -321,16 +338,11 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 	io.Copy(io.Discard, np.c)
 	r := Result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
 		Note: "congestion control " + rep.CC}
-	if span := m[1].at.Sub(m[0].at); win.phase == 1 && span > 0 {
-		scale := rep.Elapsed.Seconds() / span.Seconds()
-		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * scale)
-		if c := cpuDelta(m[0].proc, m[1].proc); c >= 0 {
-			r.CPUSend = time.Duration(float64(c) * scale)
-		}
+	span := m[1].at.Sub(m[0].at)
+	if win.phase != 1 {
+		span = 0 // the interval never started
 	}
-	if r.CPUSend >= 0 && r.CPURecv >= 0 {
-		r.CPUTotal = r.CPUSend + r.CPURecv
-	}
+	r.addClient(span, m[1].msgs-m[0].msgs, cpuDelta(m[0].proc, m[1].proc))
 	return r, nil
 }
 

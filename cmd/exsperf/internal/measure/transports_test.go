@@ -33,7 +33,7 @@ func TestTransports(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !(r.Bytes > 0) || r.Elapsed < 10*time.Millisecond || r.Virtual {
+				if !(r.Bytes > 0) || r.Elapsed < 10*time.Millisecond/2 || r.Virtual {
 					t.Errorf("stream: %+v", r)
 				}
 				pct := r.PctDirect()
