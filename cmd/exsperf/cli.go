@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -230,9 +231,9 @@ Subcommands:
 			commandUsage(w, &cmds[i])
 		}
 	}
-	fmt.Fprintf(w, "\nTransports (--transport): auto (%s; exs where the same-host provider cannot run, said in the header), %s.\n", autoTransport, transportNames())
-	for _, t := range transports {
-		fmt.Fprintf(w, "  %-9s %s\n", t.name, t.help)
+	fmt.Fprintf(w, "\nTransports (--transport): auto (%s; exs where the same-host provider cannot run, said in the header), %s.\n", measure.Auto, measure.Names())
+	for _, t := range measure.Transports {
+		fmt.Fprintf(w, "  %-9s %s\n", t.Name, t.Help)
 	}
 }
 
@@ -282,7 +283,7 @@ var (
 
 func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	o.duration, o.warmup, o.rounds, o.sizes, o.sends, o.recvs = d.duration, d.warmup, d.rounds, d.sizes, d.sends, d.recvs
-	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), modes...), d.transport, d.tcp, "cubic", 1
+	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), measure.Modes...), d.transport, d.tcp, "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per point, interleaved with the other points; the median is reported")
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes: a list, with ranges (64..1M, 64..1M:4)")
@@ -292,12 +293,27 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	fs.Var(sizeFlag{&o.ring}, "ring", "stream buffer (ring) size for indirect transfers")
 	fs.Var(modesFlag{&o.modes}, "modes", "modes to run: direct-only, indirect-only, dynamic")
 	if d.transport != "engine" {
-		fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
+		fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+measure.Names())
 		fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp (in this process), tcp-proc (to a child process) or off")
 		registerTCP(fs, &o.cc)
 	}
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
+}
+
+// schedule is the measuring schedule, telling prog of each point.
+func (o *streamOpts) schedule(prog *progress) measure.Schedule {
+	return measure.Schedule{Seed: o.seed, Rounds: o.rounds, Warmup: o.warmup, Duration: o.duration, Step: prog.step}
+}
+
+// openTransport opens the transport called name; an unknown name is a
+// usage error.
+func openTransport(name string) (measure.Transport, error) {
+	t, err := measure.Open(name)
+	if errors.Is(err, measure.ErrUnknownTransport) {
+		return nil, usageError{err}
+	}
+	return t, err
 }
 
 // timing describes the measuring schedule.
@@ -328,15 +344,33 @@ func registerOutput(fs *flag.FlagSet, json *string, seed *int64, quiet *bool) {
 	fs.BoolVar(quiet, "q", false, "shorthand for --quiet")
 }
 
-func (o *streamOpts) check(e *env) error {
+// checkTiming checks that a command has no arguments after its flags, and
+// its timing.
+func checkTiming(e *env, duration, warmup time.Duration) error {
 	if len(e.args) > 0 {
 		return usagef("unexpected argument %q", e.args[0])
 	}
-	if err := durationOK("duration", o.duration, false); err != nil {
+	if err := durationOK("duration", duration, false); err != nil {
 		return usageError{err}
 	}
-	if err := durationOK("warmup", o.warmup, true); err != nil {
+	if err := durationOK("warmup", warmup, true); err != nil {
 		return usageError{err}
+	}
+	return nil
+}
+
+// checkTCP checks the choice of TCP anchor.
+func checkTCP(tcp string) error {
+	switch tcp {
+	case "tcp", "tcp-proc", "off":
+		return nil
+	}
+	return usagef("--tcp %q: want tcp, tcp-proc or off", tcp)
+}
+
+func (o *streamOpts) check(e *env) error {
+	if err := checkTiming(e, o.duration, o.warmup); err != nil {
+		return err
 	}
 	if o.rounds < 1 || o.rounds > 1000 {
 		return usagef("--rounds must be between 1 and 1000")
@@ -347,17 +381,15 @@ func (o *streamOpts) check(e *env) error {
 	if len(o.modes) == 0 || len(o.sizes) == 0 {
 		return usagef("no modes or no sizes")
 	}
-	switch o.tcp {
-	case "tcp", "tcp-proc", "off":
-	default:
-		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
+	if err := checkTCP(o.tcp); err != nil {
+		return err
 	}
 	for _, s := range o.sizes {
 		if s > 64<<20 {
-			return usagef("size %s: at most 64 MiB (buffers for every outstanding operation are allocated)", sizeName(s))
+			return usagef("size %s: at most 64 MiB (buffers for every outstanding operation are allocated)", measure.SizeName(s))
 		}
 		if mem := int64(s) * int64(o.sends+o.recvs); mem > 4<<30 {
-			return usagef("size %s with %d sends and %d recvs needs %d MiB of buffers: too much", sizeName(s), o.sends, o.recvs, mem>>20)
+			return usagef("size %s with %d sends and %d recvs needs %d MiB of buffers: too much", measure.SizeName(s), o.sends, o.recvs, mem>>20)
 		}
 	}
 	return nil

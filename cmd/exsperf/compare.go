@@ -1,73 +1,49 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
-// A point is one measurement of a stream table: a mode on the transport, or
-// an anchor.
-type point struct {
-	run    string
-	tr     transport // nil for the copy anchors
-	copies int       // 1 or 2 for the copy anchors
-	cross  bool      // the two copies on two CPUs (crossCopyAnchor)
-	params pairParams
+// transports are what a command measures on: a transport and the TCP
+// anchor (nil if off), with what there is to say of the anchor.
+type transports struct {
+	tr, tcp measure.Transport
+	notes   []string
 }
 
-// measure runs one point.
-func measure(ctx context.Context, pt point, warmup, d time.Duration) (result, error) {
-	if pt.tr == nil {
-		if pt.cross {
-			return crossCopyAnchor(ctx, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
-		}
-		return copyAnchor(ctx, pt.copies, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
-	}
-	pr, err := pt.tr.Open(ctx, pt.params)
+// openTransports opens the transport called name and the TCP anchor called
+// which (prepareTCP).
+func openTransports(name, which string, cc *string) (*transports, error) {
+	tr, err := openTransport(name)
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	r, err := pr.Stream(ctx, warmup, d)
-	return r, errors.Join(err, pr.Close())
+	tcp, notes, err := prepareTCP(which, cc)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return &transports{tr: tr, tcp: tcp, notes: notes}, nil
 }
 
-// anchors are the names of the anchor runs, in table order.
-const (
-	runCopy1  = "copy() x1"
-	runCopy2  = "copy() x2"
-	runCopy2C = "copy() x2, 2 CPUs"
-)
-
-// copyAnchors are the points of the three copy anchors.
-func copyAnchors(base pairParams) []point {
-	return []point{{run: runCopy1, copies: 1, params: base}, {run: runCopy2, copies: 2, params: base},
-		{run: runCopy2C, copies: 2, cross: true, params: base}}
-}
-
-// copyNote says what the copy anchors are.
-const copyNote = "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread; copy() x2, 2 CPUs: the two copies made by two threads bound to two CPUs, one into the ring and one out of it, as the two ends of an indirect transfer make them"
-
-func tcpRunName(t transport) string {
-	if t.Name() == "tcp-proc" {
-		return "TCP (2 processes)"
+// close closes the anchor and then the transport.
+func (ts *transports) close() {
+	if ts.tcp != nil {
+		ts.tcp.Close()
 	}
-	return "TCP"
+	ts.tr.Close()
 }
 
 // prepareTCP opens the TCP anchor named by which ("off" gives nil) and
 // checks that the congestion control can be set, falling back to the
 // system's default with a note if not.
-func prepareTCP(which string, cc *string) (transport, []string, error) {
+func prepareTCP(which string, cc *string) (measure.Transport, []string, error) {
 	if which == "off" {
 		return nil, nil, nil
 	}
@@ -75,10 +51,10 @@ func prepareTCP(which string, cc *string) (transport, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sys := systemCongestion()
+	sys := measure.SystemCongestion()
 	var notes []string
 	if *cc != "" {
-		if err := probeCongestion(*cc); err != nil {
+		if err := measure.ProbeCongestion(*cc); err != nil {
 			notes = append(notes, fmt.Sprintf("could not set TCP congestion control %s (%v): using the system default %s", *cc, err, sys))
 			*cc = ""
 		}
@@ -91,79 +67,20 @@ func prepareTCP(which string, cc *string) (transport, []string, error) {
 	return t, notes, nil
 }
 
-func probeCongestion(cc string) error {
-	lc := net.ListenConfig{Control: congestionControl(cc)}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	return ln.Close()
-}
-
-// runStreams measures the points of each size in rounds and calls emit with
-// a size's results, in the order given, once all of them are measured. Each
-// round measures every point once, in an order shuffled with seed, so that
-// drift in the machine's speed spreads over all points; each point's result
-// is its median round by throughput, carrying the rounds' range.
-func runStreams(ctx context.Context, prog *progress, seed int64, rounds int, warmup, d time.Duration, sizes []int, pointsFor func(size int) []point, emit func(size int, pts []point, rs []result)) error {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x657873706572))
-	for _, size := range sizes {
-		pts := pointsFor(size)
-		all := make([][]result, len(pts))
-		for range rounds {
-			for _, i := range rng.Perm(len(pts)) {
-				prog.step(fmt.Sprintf("%s %s", sizeName(size), pts[i].run))
-				r, err := measure(ctx, pts[i], warmup, d)
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", sizeName(size), pts[i].run, err)
-				}
-				all[i] = append(all[i], r)
-			}
-		}
-		rs := make([]result, len(pts))
-		for i := range pts {
-			rs[i] = median(all[i])
-		}
-		emit(size, pts, rs)
-	}
-	return nil
-}
-
-// median returns the result with the median throughput, with the range of
-// all the rounds' throughputs.
-func median(rs []result) result {
-	sorted := slices.Clone(rs)
-	slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.gbps(), b.gbps()) })
-	m := sorted[(len(sorted)-1)/2]
-	m.Rounds, m.MinGBps, m.MaxGBps = len(rs), sorted[0].gbps(), sorted[len(sorted)-1].gbps()
-	m.RoundGBps = nil
-	for _, r := range rs {
-		m.RoundGBps = append(m.RoundGBps, r.gbps())
-	}
-	return m
-}
-
 func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc}}
-	rep.Notes = append(notes, copyNote)
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, nil, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc})
+	host := rep.Host
+	rep.Notes = append(notes, measure.CopyNote)
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
@@ -175,8 +92,8 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	fmt.Fprintln(out, title)
 	fmt.Fprintf(out, "host: %s\n", host)
 	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
-	rep.Notes = append(rep.Notes, transportNotes(tr)...)
-	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, sizeName(o.ring), o.timing())
+	rep.Notes = append(rep.Notes, measure.Notes(tr)...)
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, measure.SizeName(o.ring), o.timing())
 	for _, n := range rep.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
@@ -190,51 +107,23 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		t.align = t.align[:len(t.head)]
 	}
 	// Print the header now and rows as sizes complete.
-	hdr := *t
-	hdr.write(out)
-	points := func(size int) []point {
-		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-		pts := copyAnchors(base)
+	t.write(out)
+	points := func(size int) []measure.Point {
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		pts := measure.CopyAnchors(base)
 		if tcp != nil {
-			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
-		for _, m := range o.modes {
-			p := base
-			p.Mode = m
-			pts = append(pts, point{run: m.String(), tr: tr, params: p})
-		}
-		return pts
+		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
 	nPoints := len(points(1))
 	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints*o.rounds)
-	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
-		var copyRate, tcpRate float64
-		for i, pt := range pts {
-			if pt.run == runCopy1 {
-				copyRate = rs[i].gbps()
-			}
-			if tcp != nil && pt.tr == tcp {
-				tcpRate = rs[i].gbps()
-			}
-		}
-		t.rows = nil
-		for i, pt := range pts {
-			trName := "anchor"
-			if pt.tr != nil {
-				trName = pt.tr.Name()
-			}
-			rw := makeRow("compare", trName, pt.run, pt.params, rs[i])
-			rep.Stream = append(rep.Stream, rw)
-			cells := []string{sizeName(size), pt.run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
-			if tcp != nil {
-				cells = append(cells, ratio(rw.GBps, tcpRate))
-			}
-			cells = append(cells, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3))
-			t.add(cells...)
-		}
+	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
+		rows, cells := compareRows(size, pts, rs, tcp)
+		rep.Stream = append(rep.Stream, rows...)
 		prog.clear()
-		for _, r := range t.rows {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
+		for _, c := range cells {
+			fmt.Fprintf(out, "| %s |\n", strings.Join(c, " | "))
 		}
 	})
 	prog.done()
@@ -242,7 +131,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	fmt.Fprintln(out)
-	if n := pathNotes(tr); len(n) > 0 {
+	if n := measure.PathNotes(tr); len(n) > 0 {
 		rep.Notes = append(rep.Notes, n...)
 		for _, l := range n {
 			fmt.Fprintf(out, "path: %s\n", l)
@@ -259,13 +148,31 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	return nil
 }
 
-// pathNotes says, after the measurements, how a transport that crosses
-// processes moved the bytes (from its provider's statistics).
-func pathNotes(t transport) []string {
-	if p, ok := t.(*exsProcTransport); ok {
-		return p.notes()
+// compareRows are the rows of one size's results and their cells in the
+// table: each throughput also as a multiple of copy() x1's and, with a TCP
+// anchor, of TCP's.
+func compareRows(size int, pts []measure.Point, rs []measure.Result, tcp measure.Transport) ([]row, [][]string) {
+	var copyRate, tcpRate float64
+	for i, pt := range pts {
+		if pt.Run == measure.RunCopy1 {
+			copyRate = rs[i].GBps()
+		}
+		if tcp != nil && pt.Tr == tcp {
+			tcpRate = rs[i].GBps()
+		}
 	}
-	return nil
+	var rows []row
+	var cells [][]string
+	for i, pt := range pts {
+		rw := makeRow("compare", pt.TransportName(), pt.Run, pt.Params, rs[i])
+		rows = append(rows, rw)
+		c := []string{measure.SizeName(size), pt.Run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
+		if tcp != nil {
+			c = append(c, ratio(rw.GBps, tcpRate))
+		}
+		cells = append(cells, append(c, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3)))
+	}
+	return rows, cells
 }
 
 func spread(r row) string {
@@ -286,22 +193,15 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed}}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed})
+	host := rep.Host
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
@@ -316,30 +216,25 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	t := &table{head: []string{"size", "run", "M msg/s", "GB/s", "% direct", "CPU us/msg total"}, align: []bool{true, false, true, true, true, true}}
 	hdr := *t
 	hdr.write(out)
-	points := func(size int) []point {
-		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-		var pts []point
+	points := func(size int) []measure.Point {
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		var pts []measure.Point
 		if tcp != nil {
-			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
-		for _, m := range o.modes {
-			p := base
-			p.Mode = m
-			pts = append(pts, point{run: m.String(), tr: tr, params: p})
-		}
-		return pts
+		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
 	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1))*o.rounds)
-	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
 		prog.clear()
 		for i, pt := range pts {
-			rw := makeRow("rate", pt.tr.Name(), pt.run, pt.params, rs[i])
+			rw := makeRow("rate", pt.Tr.Name(), pt.Run, pt.Params, rs[i])
 			rep.Stream = append(rep.Stream, rw)
 			perMsg := "-"
 			if rs[i].CPUTotal >= 0 && rs[i].Msgs > 0 {
 				perMsg = sig(float64(rs[i].CPUTotal) / 1e3 / float64(rs[i].Msgs))
 			}
-			fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", sizeName(size), pt.run, sig(rw.MsgsPerS/1e6), sig(rw.GBps), num(rw.PctDirect, 0), perMsg)
+			fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", measure.SizeName(size), pt.Run, sig(rw.MsgsPerS/1e6), sig(rw.GBps), num(rw.PctDirect, 0), perMsg)
 		}
 	})
 	prog.done()
@@ -351,5 +246,3 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	}
 	return nil
 }
-
-var _ = dynproto.Dynamic

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
 // row is one stream measurement as reported (table and JSON). Figures that
@@ -46,15 +48,15 @@ func optional(v float64) *float64 {
 	return &v
 }
 
-func makeRow(fig, tr, run string, p pairParams, r result) row {
+func makeRow(fig, tr, run string, p measure.Params, r measure.Result) row {
 	rw := row{
 		Figure: fig, Transport: tr, Run: run, Size: p.Size, Sends: p.Sends, Recvs: p.Recvs,
 		Bytes: r.Bytes, Seconds: r.Elapsed.Seconds(), Virtual: r.Virtual,
-		GBps: r.gbps(), MsgsPerS: r.msgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps, RoundGBps: r.RoundGBps,
-		PctDirect: optional(r.pctDirect()),
-		CPUSend:   optional(r.cpuPerGB(r.CPUSend)),
-		CPURecv:   optional(r.cpuPerGB(r.CPURecv)),
-		CPUTotal:  optional(r.cpuPerGB(r.CPUTotal)),
+		GBps: r.GBps(), MsgsPerS: r.MsgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps, RoundGBps: r.RoundGBps,
+		PctDirect: optional(r.PctDirect()),
+		CPUSend:   optional(r.CPUPerGB(r.CPUSend)),
+		CPURecv:   optional(r.CPUPerGB(r.CPURecv)),
+		CPUTotal:  optional(r.CPUPerGB(r.CPUTotal)),
 		Note:      r.Note,
 	}
 	if t := r.XfersDirect + r.XfersIndirect; r.HasDirect && t > 0 {
@@ -77,7 +79,7 @@ type latRow struct {
 	Mean      float64 `json:"mean_us"`
 }
 
-func makeLatRow(tr, run string, w waitMode, size int, rts []time.Duration) latRow {
+func makeLatRow(tr, run string, w measure.WaitMode, size int, rts []time.Duration) latRow {
 	slices.Sort(rts)
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 	pct := func(q float64) float64 {
@@ -118,7 +120,7 @@ func readHost() hostInfo {
 	h := hostInfo{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Go: runtime.Version(),
 		OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		TCPDefault: systemCongestion(), CPUClock: cpuAccounting,
+		TCPDefault: measure.SystemCongestion(), CPUClock: measure.CPUAccounting,
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		h.Kernel = strings.TrimSpace(string(b))
@@ -184,6 +186,12 @@ type report struct {
 	Targets   *targets       `json:"targets,omitempty"` // sweep only
 }
 
+// newReport starts the report of a command that measures on tr: the
+// command line, the host, the transport, notes and parameters.
+func newReport(e *env, tr measure.Transport, notes []string, params map[string]any) *report {
+	return &report{Tool: "exsperf", Command: e.line, Host: readHost(), Transport: tr.Name(), About: tr.Describe(), Notes: notes, Params: params}
+}
+
 func writeJSON(path string, stdout io.Writer, r *report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -244,28 +252,4 @@ func sig(v float64) string {
 	}
 	// Three significant digits, without an exponent.
 	return fmt.Sprintf("%.*f", 2-int(math.Floor(math.Log10(v))), v)
-}
-
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-func bitRate(bps float64) string {
-	switch {
-	case bps <= 0:
-		return "unlimited"
-	case bps >= 1e9:
-		return fmt.Sprintf("%g Gbit/s", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%g Mbit/s", bps/1e6)
-	}
-	return fmt.Sprintf("%g bit/s", bps)
 }

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func benchName(parts ...any) string {
 	var s []string
 	for _, p := range parts {
 		if n, ok := p.(int); ok {
-			p = strings.ReplaceAll(sizeName(n), " ", "")
+			p = strings.ReplaceAll(SizeName(n), " ", "")
 		}
 		s = append(s, fmt.Sprint(p))
 	}
@@ -28,10 +28,10 @@ func benchName(parts ...any) string {
 // BenchmarkStream streams through the engine pair (exsperf engine), 16 sends
 // and 32 recvs outstanding; one iteration is one message received.
 func BenchmarkStream(b *testing.B) {
-	for _, m := range modes {
+	for _, m := range Modes {
 		for _, size := range benchSizes {
 			b.Run(benchName(m, size), func(b *testing.B) {
-				mp, err := newMemPair(pairParams{Mode: m, Size: size, Sends: 16, Recvs: 32, Ring: 4 << 20})
+				mp, err := newMemPair(Params{Mode: m, Size: size, Sends: 16, Recvs: 32, Ring: 4 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -56,10 +56,10 @@ func BenchmarkStream(b *testing.B) {
 // BenchmarkPingPong bounces a message through the engine pair (exsperf lat);
 // one iteration is one round trip.
 func BenchmarkPingPong(b *testing.B) {
-	for _, m := range modes {
+	for _, m := range Modes {
 		for _, size := range []int{64, 4 << 10} {
 			b.Run(benchName(m, size), func(b *testing.B) {
-				mp, err := newMemPair(pairParams{Mode: m, Size: size, Sends: 1, Recvs: 1, Ring: 4 << 20})
+				mp, err := newMemPair(Params{Mode: m, Size: size, Sends: 1, Recvs: 1, Ring: 4 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -113,7 +113,7 @@ func BenchmarkCopy(b *testing.B) {
 func BenchmarkTCPStream(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(benchName(size), func(b *testing.B) {
-			pr, err := (&tcpTransport{}).Open(context.Background(), pairParams{Size: size, Sends: 16})
+			pr, err := (&tcpTransport{}).Open(context.Background(), Params{Size: size, Sends: 16})
 			if err != nil {
 				b.Fatal(err)
 			}

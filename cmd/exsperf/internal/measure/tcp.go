@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -23,10 +23,9 @@ func (*tcpTransport) Name() string { return "tcp" }
 func (*tcpTransport) Describe() string {
 	return "plain Go TCP over loopback, writer and reader goroutines on locked threads (CPU per side: RUSAGE_THREAD)"
 }
-func (*tcpTransport) HasModes() bool { return false }
-func (*tcpTransport) Close() error   { return nil }
+func (*tcpTransport) Close() error { return nil }
 
-func (*tcpTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+func (*tcpTransport) Open(ctx context.Context, p Params) (Pair, error) {
 	lc := net.ListenConfig{Control: congestionControl(p.CC)}
 	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +61,7 @@ func (*tcpTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 // tcpPair is a connected loopback pair: w writes, r reads (Stream); r echoes
 // (PingPong).
 type tcpPair struct {
-	p    pairParams
+	p    Params
 	w, r *net.TCPConn
 	cc   string
 }
@@ -91,7 +90,7 @@ func cpuDelta(a, b time.Duration) time.Duration {
 	return b - a
 }
 
-func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
+func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	var phase atomic.Int32 // 0 warm-up, 1 measuring, 2 done: set by the reader
 	var wg sync.WaitGroup
 	var wm [2]mark
@@ -169,12 +168,12 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	tp.w.SetWriteDeadline(time.Now())
 	wg.Wait()
 	if rerr != nil {
-		return result{}, rerr
+		return Result{}, rerr
 	}
 	if werr != nil {
-		return result{}, fmt.Errorf("tcp anchor: %w", werr)
+		return Result{}, fmt.Errorf("tcp anchor: %w", werr)
 	}
-	return result{
+	return Result{
 		Bytes: rm[1].bytes - rm[0].bytes, Msgs: wm[1].msgs - wm[0].msgs, Elapsed: rm[1].at.Sub(rm[0].at),
 		CPUSend: cpuDelta(wm[0].thread, wm[1].thread), CPURecv: cpuDelta(rm[0].thread, rm[1].thread),
 		CPUTotal: cpuDelta(rm[0].proc, rm[1].proc),
@@ -182,8 +181,8 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	}, nil
 }
 
-func (tp *tcpPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
-	if w != waitBlock && w != waitBusy {
+func (tp *tcpPair) PingPong(ctx context.Context, warmup, d time.Duration, w WaitMode) ([]time.Duration, error) {
+	if w != WaitBlock && w != WaitBusy {
 		return nil, fmt.Errorf("tcp anchor: wait mode %v does not apply", w)
 	}
 	var stop atomic.Bool
@@ -204,13 +203,13 @@ func (tp *tcpPair) PingPong(ctx context.Context, warmup, d time.Duration, w wait
 // pingClient sends size-byte messages on c and waits for each to come back,
 // for warmup and then d, on a locked thread, and returns the round trips
 // timed during d.
-func pingClient(ctx context.Context, c *net.TCPConn, size int, w waitMode, warmup, d time.Duration) ([]time.Duration, error) {
+func pingClient(ctx context.Context, c *net.TCPConn, size int, w WaitMode, warmup, d time.Duration) ([]time.Duration, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	buf := make([]byte, size)
 	var rts []time.Duration
 	var err error
-	if w == waitBusy {
+	if w == WaitBusy {
 		err = spinIO(c, func() bool { return ctx.Err() != nil }, func(read, write func([]byte) (int, error)) error {
 			var err error
 			rts, err = pingLoop(ctx, warmup, d, func() error {
@@ -235,11 +234,11 @@ func pingClient(ctx context.Context, c *net.TCPConn, size int, w waitMode, warmu
 
 // echo sends back every size-byte message it reads from c until the peer
 // closes its side.
-func echo(c *net.TCPConn, size int, w waitMode, stop func() bool) error {
+func echo(c *net.TCPConn, size int, w WaitMode, stop func() bool) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	buf := make([]byte, size)
-	if w == waitBusy {
+	if w == WaitBusy {
 		err := spinIO(c, stop, func(read, write func([]byte) (int, error)) error {
 			for {
 				if err := readFull(read, buf); err != nil {
@@ -291,4 +290,15 @@ func writeAll(write func([]byte) (int, error), b []byte) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// ProbeCongestion reports whether the congestion control cc can be set on
+// a socket here.
+func ProbeCongestion(cc string) error {
+	lc := net.ListenConfig{Control: congestionControl(cc)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }

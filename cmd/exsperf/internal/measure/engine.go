@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -10,32 +10,31 @@ import (
 	"github.com/exsgo/exs/dynproto"
 )
 
-// engineTransport runs two dynproto engines in one goroutine and carries out
+// Engine runs two dynproto engines in one goroutine and carries out
 // their actions on process memory: a direct transfer is one copy from a send
 // buffer into the advertised recv buffer, an indirect transfer a copy into the
 // receiver's stream buffer and, later, a copy out of it. Frames pass between
-// the engines in order, at once or through an emulated link (linkParams).
+// the engines in order, at once or through an emulated link (Link).
 //
 // It measures the protocol's cost and the copies it implies, without threads,
 // queues or wake-ups. One thread runs both sides, so the CPU time of each side
 // is the process's CPU time split in proportion to the wall time spent in each
 // side's code. With an emulated link no data is copied and time is virtual.
-type engineTransport struct{}
+type Engine struct{}
 
-func (engineTransport) Name() string { return "engine" }
-func (engineTransport) Describe() string {
+func (Engine) Name() string { return "engine" }
+func (Engine) Describe() string {
 	return "dynproto engines over process memory in one goroutine (direct = 1 copy, indirect = 2 copies; CPU split by time in each side's code)"
 }
-func (engineTransport) HasModes() bool { return true }
-func (engineTransport) Close() error   { return nil }
+func (Engine) Close() error { return nil }
 
-func (engineTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+func (Engine) Open(ctx context.Context, p Params) (Pair, error) {
 	return newMemPair(p)
 }
 
 // memPair is two engine ends. Not safe for concurrent use.
 type memPair struct {
-	p    pairParams
+	p    Params
 	a, b *memEnd // a sends, b receives (Stream); both do both (PingPong)
 	net  memNet
 	vnet *vlink // non-nil with an emulated link
@@ -98,7 +97,7 @@ type memEnd struct {
 // protocol bug, since the application always has work posted.
 var errStalled = errors.New("engine pair stalled")
 
-func newMemPair(p pairParams) (*memPair, error) {
+func newMemPair(p Params) (*memPair, error) {
 	if p.Size < 1 || p.Sends < 1 || p.Recvs < 1 {
 		return nil, fmt.Errorf("size %d, sends %d, recvs %d: all must be positive", p.Size, p.Sends, p.Recvs)
 	}
@@ -132,7 +131,7 @@ func newMemPair(p pairParams) (*memPair, error) {
 	return mp, nil
 }
 
-func (mp *memPair) newEnd(cfg dynproto.Config, p pairParams) (*memEnd, error) {
+func (mp *memPair) newEnd(cfg dynproto.Config, p Params) (*memEnd, error) {
 	eng, err := dynproto.New(cfg)
 	if err != nil {
 		return nil, err
@@ -308,8 +307,8 @@ func (mp *memPair) snap(at time.Duration) snapshot {
 	return snapshot{at: at, bytes: mp.b.recvBytes, msgs: mp.a.sendMsgs, stats: mp.a.eng.Stats(), busyA: mp.a.busy, busyB: mp.b.busy, cpu: processCPU()}
 }
 
-func (mp *memPair) result(s0, s1 snapshot) result {
-	r := result{
+func (mp *memPair) result(s0, s1 snapshot) Result {
+	r := Result{
 		Bytes: s1.bytes - s0.bytes, Msgs: s1.msgs - s0.msgs, Elapsed: s1.at - s0.at, Virtual: mp.vnet != nil,
 		HasDirect:     true,
 		BytesDirect:   s1.stats.BytesDirect - s0.stats.BytesDirect,
@@ -330,13 +329,13 @@ func (mp *memPair) result(s0, s1 snapshot) result {
 }
 
 // Stream: end a keeps Sends sends outstanding, end b Recvs recvs.
-func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
+func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	if mp.vnet != nil {
 		mp.startStream(false)
 		return mp.streamVirtual(ctx, warmup, d)
 	}
 	if err := mp.startStream(true); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -346,7 +345,7 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	for n := 0; ; n++ {
 		t3, err := mp.turn()
 		if err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 		switch el := t3.Sub(start); win.check(el) {
 		case edgeStart:
@@ -355,7 +354,7 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 			return mp.result(s0, mp.snap(el)), nil
 		}
 		if n%64 == 0 && ctx.Err() != nil {
-			return result{}, ctx.Err()
+			return Result{}, ctx.Err()
 		}
 	}
 }
@@ -413,7 +412,7 @@ func (mp *memPair) turn() (time.Time, error) {
 
 // streamVirtual runs Stream in emulated time: events happen in time order;
 // the application and the engines take no time.
-func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (result, error) {
+func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	v := mp.vnet
 	var s0 snapshot
 	measuring := false
@@ -421,15 +420,15 @@ func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (
 	// ADVERTs are still on their way; or, with AdvertsFirst, once they
 	// have all arrived.
 	if _, err := mp.b.run(); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	for mp.p.AdvertsFirst && mp.p.Mode != dynproto.IndirectOnly && mp.a.eng.State().Adverts < mp.p.Recvs {
 		ev, ok := v.next()
 		if !ok {
-			return result{}, fmt.Errorf("%w: waiting for the first ADVERTs", errStalled)
+			return Result{}, fmt.Errorf("%w: waiting for the first ADVERTs", errStalled)
 		}
 		if err := v.apply(ev); err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 	}
 	warmup += v.virtual()
@@ -437,12 +436,12 @@ func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (
 		mp.a.postSend()
 	}
 	if _, err := mp.a.run(); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	for n := 0; ; n++ {
 		ev, ok := v.next()
 		if !ok {
-			return result{}, fmt.Errorf("%w (emulated link idle): sender %+v; receiver %+v", errStalled, mp.a.eng.State(), mp.b.eng.State())
+			return Result{}, fmt.Errorf("%w (emulated link idle): sender %+v; receiver %+v", errStalled, mp.a.eng.State(), mp.b.eng.State())
 		}
 		now := v.virtual()
 		if !measuring && now >= warmup {
@@ -452,21 +451,21 @@ func (mp *memPair) streamVirtual(ctx context.Context, warmup, d time.Duration) (
 			return mp.result(s0, mp.snap(warmup+d)), nil
 		}
 		if err := v.apply(ev); err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 		if n%1024 == 0 && ctx.Err() != nil {
-			return result{}, ctx.Err()
+			return Result{}, ctx.Err()
 		}
 	}
 }
 
 // PingPong: a sends Size bytes, b receives them all (MSG_WAITALL) and sends
 // them back, and so on. One goroutine runs both, so the wait mode is inline.
-func (mp *memPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
+func (mp *memPair) PingPong(ctx context.Context, warmup, d time.Duration, w WaitMode) ([]time.Duration, error) {
 	if mp.vnet != nil {
 		return nil, errors.New("ping-pong over an emulated link is not implemented")
 	}
-	if w != waitInline {
+	if w != WaitInline {
 		return nil, fmt.Errorf("the engine transport runs both sides in one goroutine: wait mode %v does not apply", w)
 	}
 	if err := mp.startPingPong(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"time"
@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cpuAccounting says how CPU time is measured on this platform.
-const cpuAccounting = "getrusage (RUSAGE_SELF, RUSAGE_THREAD)"
+// CPUAccounting says how CPU time is measured on this platform.
+const CPUAccounting = "getrusage (RUSAGE_SELF, RUSAGE_THREAD)"
 
 // processCPU returns the user plus system CPU time the whole process has used
 // (getrusage RUSAGE_SELF), or -1 if it is unavailable.

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -27,8 +27,7 @@ func (exsTransport) Name() string { return "exs" }
 func (exsTransport) Describe() string {
 	return "exs sockets over the in-process verbs provider; each side posts and dequeues on its own goroutine (CPU: whole process only)"
 }
-func (exsTransport) HasModes() bool { return true }
-func (exsTransport) Close() error   { return nil }
+func (exsTransport) Close() error { return nil }
 
 func exsMode(m dynproto.Mode) exs.Mode {
 	switch m {
@@ -40,18 +39,18 @@ func exsMode(m dynproto.Mode) exs.Mode {
 	return exs.ModeDynamic
 }
 
-func exsWait(w waitMode) exs.WaitMode {
+func exsWait(w WaitMode) exs.WaitMode {
 	switch w {
-	case waitBusy:
+	case WaitBusy:
 		return exs.WaitBusyPoll
-	case waitBlock:
+	case WaitBlock:
 		return exs.WaitNotify
 	}
 	return exs.WaitAdaptive
 }
 
 // exsSocketOptions are the socket options of a measurement connection.
-func exsSocketOptions(p pairParams, w waitMode) []exs.StackOption {
+func exsSocketOptions(p Params, w WaitMode) []exs.StackOption {
 	frames := min(exs.MaxFrames, max(exs.DefaultFrames, 4*max(p.Sends, p.Recvs)))
 	return []exs.StackOption{exs.WithMode(exsMode(p.Mode)), exs.WithStreamBuffer(max(1, p.Ring)),
 		exs.WithOutstanding(max(p.Sends, 1), max(p.Recvs, 1)), exs.WithFrames(frames), exs.WithWaitMode(exsWait(w))}
@@ -62,7 +61,7 @@ func exsSocketOptions(p pairParams, w waitMode) []exs.StackOption {
 // that a pair in one process and the two processes of server and client
 // run the same code.
 type exsEnd struct {
-	p  pairParams
+	p  Params
 	st *exs.Stack
 	s  *exs.Socket
 	q  *exs.Queue
@@ -71,20 +70,20 @@ type exsEnd struct {
 // exsPair is a connected pair of sockets of one stack: cs (connected)
 // sends, rs (accepted) receives. Each has its queue.
 type exsPair struct {
-	p      pairParams
-	wait   waitMode
+	p      Params
+	wait   WaitMode
 	st     *exs.Stack
 	cs, rs exsEnd
 	closed bool
 }
 
-func (exsTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+func (exsTransport) Open(ctx context.Context, p Params) (Pair, error) {
 	if p.Link != nil {
 		return nil, errors.New("the exs transport has no emulated link yet")
 	}
 	w := p.Wait
 	if w == 0 {
-		w = waitAdaptive
+		w = WaitAdaptive
 	}
 	st, err := exs.NewStack(exsSocketOptions(p, w)...)
 	if err != nil {
@@ -132,7 +131,7 @@ func (xp *exsPair) connect(ctx context.Context) error {
 }
 
 // exsQueue creates a queue deep enough for the operations of p.
-func exsQueue(st *exs.Stack, p pairParams) (*exs.Queue, error) {
+func exsQueue(st *exs.Stack, p Params) (*exs.Queue, error) {
 	return st.Qcreate(p.Sends + p.Recvs + 8)
 }
 
@@ -171,7 +170,7 @@ func exsCloseListener(ctx context.Context, ls *exs.Socket, q *exs.Queue) error {
 
 // exsDial connects a stream socket of st, with the stack's options, to
 // addr.
-func exsDial(ctx context.Context, st *exs.Stack, addr string, p pairParams) (exsEnd, error) {
+func exsDial(ctx context.Context, st *exs.Stack, addr string, p Params) (exsEnd, error) {
 	q, err := exsQueue(st, p)
 	if err != nil {
 		return exsEnd{}, err
@@ -265,39 +264,29 @@ type sockMark struct {
 	stats exs.Stats
 }
 
-func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
-	var stop atomic.Bool
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	var serr error
-	wg.Add(1)
-	go func() { // the sender; owner: this function, which stops it below
-		defer wg.Done()
-		serr = xp.cs.sender(&stop, &sent)
-	}()
+func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
+	snd := xp.cs.goSend()
 	var m [2]sockMark
 	rerr := xp.rs.receiver(ctx, warmup, d, func(edge int, bytes int64) bool {
-		m[edge-1] = sockMark{time.Now(), bytes, sent.Load(), processCPU(), xp.cs.s.Stats()}
+		m[edge-1] = sockMark{time.Now(), bytes, snd.sent.Load(), processCPU(), xp.cs.s.Stats()}
 		return edge != edgeEnd
 	})
-	stop.Store(true)
 	// Closing the stack cancels what is outstanding and wakes the sender;
 	// Close frees the memory once it has stopped.
-	xp.st.Close()
-	wg.Wait()
+	serr := snd.end(xp.st)
 	xp.Close()
 	if rerr != nil {
-		return result{}, rerr
+		return Result{}, rerr
 	}
 	if serr != nil {
-		return result{}, serr
+		return Result{}, serr
 	}
 	return exsResult(m, xp.wait), nil
 }
 
 // exsResult is the result of a stream between two marks taken in one
 // process: its CPU time is the whole process's.
-func exsResult(m [2]sockMark, w waitMode) result {
+func exsResult(m [2]sockMark, w WaitMode) Result {
 	r := exsDirect(m[0].stats, m[1].stats)
 	r.Bytes, r.Msgs, r.Elapsed = m[1].bytes-m[0].bytes, m[1].msgs-m[0].msgs, m[1].at.Sub(m[0].at)
 	r.CPUSend, r.CPURecv, r.CPUTotal = -1, -1, cpuDelta(m[0].cpu, m[1].cpu)
@@ -307,8 +296,8 @@ func exsResult(m [2]sockMark, w waitMode) result {
 
 // exsDirect is a result with the direct and indirect counts of the sender
 // between two of its statistics.
-func exsDirect(s0, s1 exs.Stats) result {
-	return result{
+func exsDirect(s0, s1 exs.Stats) Result {
+	return Result{
 		HasDirect:     true,
 		BytesDirect:   s1.BytesDirect - s0.BytesDirect,
 		BytesIndirect: s1.BytesIndirect - s0.BytesIndirect,
@@ -390,6 +379,34 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 	}
 }
 
+// asyncSender is a sender (exsEnd.sender) on a goroutine of its own.
+type asyncSender struct {
+	stop atomic.Bool
+	sent atomic.Int64 // the sends completed
+	wg   sync.WaitGroup
+	err  error
+}
+
+// goSend starts e's sender; owner: the caller, which ends it with end.
+func (e *exsEnd) goSend() *asyncSender {
+	s := &asyncSender{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.err = e.sender(&s.stop, &s.sent)
+	}()
+	return s
+}
+
+// end stops the sender, closing the stack st to cancel what is outstanding
+// and wake it, waits for it and returns its error.
+func (s *asyncSender) end(st *exs.Stack) error {
+	s.stop.Store(true)
+	st.Close()
+	s.wg.Wait()
+	return s.err
+}
+
 // sender keeps Sends sends of Size bytes posted until stop; sends complete
 // in order, so the i-th completion frees buffer i mod Sends. Errors after
 // stop are the end of the measurement, not failures.
@@ -450,7 +467,7 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 // PingPong: the connected side sends Size bytes, the accepted side receives
 // them whole (MsgWaitAll) and sends Size bytes back. The wait mode is the
 // one the pair was opened with.
-func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
+func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w WaitMode) ([]time.Duration, error) {
 	if w != xp.wait {
 		return nil, fmt.Errorf("pair opened for wait mode %v, not %v", xp.wait, w)
 	}

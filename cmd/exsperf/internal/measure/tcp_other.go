@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package measure
 
 import (
 	"errors"
@@ -8,7 +8,9 @@ import (
 	"syscall"
 )
 
-func systemCongestion() string { return "unknown" }
+// SystemCongestion returns the host's default TCP congestion control:
+// "unknown" on this platform.
+func SystemCongestion() string { return "unknown" }
 
 func congestionControl(name string) func(network, address string, c syscall.RawConn) error {
 	if name == "" {
@@ -27,4 +29,5 @@ func spinIO(*net.TCPConn, func() bool, func(read, write func([]byte) (int, error
 	return errors.New("busy polling a socket needs Linux")
 }
 
-const busyPollSupported = false
+// BusyPollSupported says whether spinIO works here.
+const BusyPollSupported = false

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"bufio"
@@ -23,6 +23,11 @@ type peerProc struct {
 	done    chan error    // cmd.Wait's result, taken once, after drained
 }
 
+// PeerEnv is set to 1 in the environment of a peer process (startPeer), so
+// that a test binary re-executed as one knows to serve as exsperf's hidden
+// "peer" subcommand does.
+const PeerEnv = "EXSPERF_PEER_MAIN"
+
 // peerStartTimeout bounds the wait for a peer's first line, and
 // peerExitTimeout the wait for it to exit once its stdin is closed; a peer
 // that takes longer is killed.
@@ -40,7 +45,7 @@ func startPeer(ctx context.Context, args ...string) (*peerProc, string, error) {
 		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), peerEnv+"=1")
+	cmd.Env = append(os.Environ(), PeerEnv+"=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -133,4 +138,27 @@ func (p *peerProc) stop(grace time.Duration) (killed bool, err error) {
 	// the peer still holds the pipe's write end.
 	p.stdout.Close()
 	return true, <-p.done
+}
+
+// A Server serves measurements to exsperf clients, one at a time.
+type Server interface {
+	// Addr is the address clients reach it at.
+	Addr() string
+	// Serve serves until ctx is done or, with once, after the first
+	// session, and closes the server.
+	Serve(ctx context.Context, once bool) error
+}
+
+// ServeAsPeer serves s as the peer of a parent exsperf: it announces s's
+// address on w, the line the parent waits for (startPeer), and serves until
+// its stdin closes (the parent is gone) or, with once, after one session.
+func ServeAsPeer(ctx context.Context, s Server, once bool, w io.Writer) error {
+	fmt.Fprintf(w, "listening %s\n", s.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // owner: this function; ends when stdin closes or at exit
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return s.Serve(ctx, once)
 }

@@ -1,13 +1,14 @@
 //go:build !linux
 
-package main
+package measure
 
 import (
 	"errors"
 	"time"
 )
 
-const cpuAccounting = "unavailable on this platform"
+// CPUAccounting says how CPU time is measured on this platform.
+const CPUAccounting = "unavailable on this platform"
 
 func processCPU() time.Duration { return -1 }
 

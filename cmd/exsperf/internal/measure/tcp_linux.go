@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// systemCongestion returns the host's default TCP congestion control, or
+// SystemCongestion returns the host's default TCP congestion control, or
 // "unknown".
-func systemCongestion() string {
+func SystemCongestion() string {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
 	if err != nil {
 		return "unknown"
@@ -115,5 +115,5 @@ func rawIO(trap uintptr, fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// busyPollSupported says whether spinIO works here.
-const busyPollSupported = true
+// BusyPollSupported says whether spinIO works here.
+const BusyPollSupported = true

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -77,19 +77,18 @@ func readMsg(r io.Reader, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// peerAddr is a parsed server address: which provider, and where.
-type peerAddr struct {
-	scheme string // "tcp"
-	host   string // host:port
+// TCPAddr is the address of an exsperf server over plain TCP.
+type TCPAddr struct {
+	Host string // host:port
 }
 
-// defaultPort is the server's default port (iperf3's).
-const defaultPort = "5201"
+// DefaultPort is the server's default port (iperf3's).
+const DefaultPort = "5201"
 
-// parsePeerAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST": the plain-TCP
+// ParseTCPAddr parses "tcp:HOST:PORT", "HOST:PORT" or "HOST": the plain-TCP
 // anchor. Addresses of exs over the same-host provider (shm:PATH) are taken
-// by exsAddr before; other exs addresses are refused with a clear message.
-func parsePeerAddr(s string, listen bool) (peerAddr, error) {
+// by ExsAddr before; other exs addresses are refused with a clear message.
+func ParseTCPAddr(s string, listen bool) (TCPAddr, error) {
 	scheme, rest, found := strings.Cut(s, ":")
 	if found {
 		provider, isExs := strings.CutPrefix(scheme, "exs+")
@@ -97,46 +96,49 @@ func parsePeerAddr(s string, listen bool) (peerAddr, error) {
 		case scheme == "tcp":
 			s = rest
 		case isExs && provider == "inproc", scheme == "inproc":
-			return peerAddr{}, fmt.Errorf("%q: the in-process provider cannot reach another process; run exsperf without server/client to measure it", s)
+			return TCPAddr{}, fmt.Errorf("%q: the in-process provider cannot reach another process; run exsperf without server/client to measure it", s)
 		case isExs, scheme == "exs", scheme == "shm", scheme == "iwarp":
-			return peerAddr{}, fmt.Errorf("%q: no such exs provider here; use shm:PATH (exs over the same-host provider) or tcp:HOST:PORT (the plain-TCP anchor)", s)
+			return TCPAddr{}, fmt.Errorf("%q: no such exs provider here; use shm:PATH (exs over the same-host provider) or tcp:HOST:PORT (the plain-TCP anchor)", s)
 		}
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		if listen || strings.Contains(s, ":") && !strings.HasPrefix(s, "[") {
-			return peerAddr{}, fmt.Errorf("bad address %q (want tcp:HOST:PORT)", s)
+			return TCPAddr{}, fmt.Errorf("bad address %q (want tcp:HOST:PORT)", s)
 		}
-		host, port = s, defaultPort
+		host, port = s, DefaultPort
 	}
 	if port == "" {
-		port = defaultPort
+		port = DefaultPort
 	}
-	return peerAddr{scheme: "tcp", host: net.JoinHostPort(host, port)}, nil
+	return TCPAddr{Host: net.JoinHostPort(host, port)}, nil
 }
 
-// server accepts measurement connections and serves them one at a time.
-type server struct {
+// TCPServer accepts measurement connections and serves them one at a time.
+type TCPServer struct {
 	ln  net.Listener
 	log *zap.Logger
 	cc  string
 }
 
-func listenServer(ctx context.Context, a peerAddr, cc string, log *zap.Logger) (*server, error) {
+// ListenTCP listens for exsperf clients on a, setting the congestion
+// control cc on the connections it accepts, and logs sessions to log.
+func ListenTCP(ctx context.Context, a TCPAddr, cc string, log *zap.Logger) (*TCPServer, error) {
 	lc := net.ListenConfig{Control: congestionControl(cc)}
-	ln, err := lc.Listen(ctx, "tcp", a.host)
+	ln, err := lc.Listen(ctx, "tcp", a.Host)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	return &server{ln: ln, log: log, cc: cc}, nil
+	return &TCPServer{ln: ln, log: log, cc: cc}, nil
 }
 
-func (s *server) addr() string { return "tcp:" + s.ln.Addr().String() }
+// Addr is the address the server listens on, as tcp:HOST:PORT.
+func (s *TCPServer) Addr() string { return "tcp:" + s.ln.Addr().String() }
 
-// serve handles connections until ctx is done (then it returns nil) or, with
+// Serve handles connections until ctx is done (then it returns nil) or, with
 // once, after the first. It closes the listener before returning; a session in
 // progress is cut short by ctx.
-func (s *server) serve(ctx context.Context, once bool) error {
+func (s *TCPServer) Serve(ctx context.Context, once bool) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
 	defer s.ln.Close()
@@ -158,7 +160,7 @@ func (s *server) serve(ctx context.Context, once bool) error {
 	}
 }
 
-func (s *server) session(ctx context.Context, c *net.TCPConn) error {
+func (s *TCPServer) session(ctx context.Context, c *net.TCPConn) error {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
@@ -175,9 +177,9 @@ func (s *server) session(ctx context.Context, c *net.TCPConn) error {
 	case "stream":
 		return s.stream(c, req)
 	case "pingpong":
-		w := waitBlock
-		if req.Wait == waitBusy.String() {
-			w = waitBusy
+		w := WaitBlock
+		if req.Wait == WaitBusy.String() {
+			w = WaitBusy
 		}
 		return echo(c, req.Size, w, func() bool { return ctx.Err() != nil })
 	}
@@ -185,7 +187,7 @@ func (s *server) session(ctx context.Context, c *net.TCPConn) error {
 }
 
 // stream is the server's side of a stream test: it reads and measures.
-func (s *server) stream(c *net.TCPConn, req request) error {
+func (s *TCPServer) stream(c *net.TCPConn, req request) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	buf := make([]byte, req.Size)
@@ -227,21 +229,43 @@ func (s *server) stream(c *net.TCPConn, req request) error {
 	}
 }
 
+// NewTCPClient returns the transport that measures plain TCP against an
+// exsperf server at a ("tcp-net").
+func NewTCPClient(a TCPAddr) Transport {
+	return &netTransport{name: "tcp-net", about: "plain Go TCP to an exsperf server at " + a.Host + " (CPU per side: RUSAGE_SELF of each process)", addr: a}
+}
+
+// addClient sets the client's side of a result whose bytes and interval
+// are the server's: the client counted msgs sends and used cpu (or -1) over
+// its own span of about the same interval (0 if it has none), both scaled to
+// the server's interval; and the total CPU time, if both sides' are known.
+func (r *Result) addClient(span time.Duration, msgs int64, cpu time.Duration) {
+	if span > 0 {
+		scale := r.Elapsed.Seconds() / span.Seconds()
+		r.Msgs = int64(float64(msgs) * scale)
+		if cpu >= 0 {
+			r.CPUSend = time.Duration(float64(cpu) * scale)
+		}
+	}
+	if r.CPUSend >= 0 && r.CPURecv >= 0 {
+		r.CPUTotal = r.CPUSend + r.CPURecv
+	}
+}
+
 // netTransport measures against an exsperf server (plain TCP) at an address.
 type netTransport struct {
 	name  string
 	about string
-	addr  peerAddr
+	addr  TCPAddr
 }
 
 func (t *netTransport) Name() string     { return t.name }
 func (t *netTransport) Describe() string { return t.about }
-func (t *netTransport) HasModes() bool   { return false }
 func (t *netTransport) Close() error     { return nil }
 
-func (t *netTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+func (t *netTransport) Open(ctx context.Context, p Params) (Pair, error) {
 	d := net.Dialer{Control: congestionControl(p.CC), Timeout: 10 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", t.addr.host)
+	c, err := d.DialContext(ctx, "tcp", t.addr.Host)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.name, err)
 	}
@@ -252,17 +276,17 @@ func (t *netTransport) Open(ctx context.Context, p pairParams) (pair, error) {
 // sender (Stream) and the pinger (PingPong).
 type netPair struct {
 	c *net.TCPConn
-	p pairParams
+	p Params
 }
 
 func (np *netPair) Close() error { return np.c.Close() }
 
-func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result, error) {
+func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	stop := context.AfterFunc(ctx, func() { np.c.Close() })
 	defer stop()
 	req := request{Test: "stream", Size: np.p.Size, Warmup: warmup, Duration: d, Verify: np.p.Verify, Seed: np.p.Seed}
 	if err := writeMsg(np.c, req); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	var got atomic.Bool
 	var rep reply
@@ -303,32 +327,27 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (result,
 	np.c.CloseWrite()
 	wg.Wait()
 	if rerr != nil {
-		return result{}, fmt.Errorf("reading the server's reply: %w (write: %v)", rerr, werr)
+		return Result{}, fmt.Errorf("reading the server's reply: %w (write: %v)", rerr, werr)
 	}
 	if rep.Err != "" {
-		return result{}, fmt.Errorf("server: %s", rep.Err)
+		return Result{}, fmt.Errorf("server: %s", rep.Err)
 	}
 	// Wait for the server to drain and close, so that the next
 	// measurement does not overlap this one.
 	np.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	io.Copy(io.Discard, np.c)
-	r := result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
+	r := Result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
 		Note: "congestion control " + rep.CC}
-	if span := m[1].at.Sub(m[0].at); win.phase == 1 && span > 0 {
-		scale := rep.Elapsed.Seconds() / span.Seconds()
-		r.Msgs = int64(float64(m[1].msgs-m[0].msgs) * scale)
-		if c := cpuDelta(m[0].proc, m[1].proc); c >= 0 {
-			r.CPUSend = time.Duration(float64(c) * scale)
-		}
+	span := m[1].at.Sub(m[0].at)
+	if win.phase != 1 {
+		span = 0 // the interval never started
 	}
-	if r.CPUSend >= 0 && r.CPURecv >= 0 {
-		r.CPUTotal = r.CPUSend + r.CPURecv
-	}
+	r.addClient(span, m[1].msgs-m[0].msgs, cpuDelta(m[0].proc, m[1].proc))
 	return r, nil
 }
 
-func (np *netPair) PingPong(ctx context.Context, warmup, d time.Duration, w waitMode) ([]time.Duration, error) {
-	if w != waitBlock && w != waitBusy {
+func (np *netPair) PingPong(ctx context.Context, warmup, d time.Duration, w WaitMode) ([]time.Duration, error) {
+	if w != WaitBlock && w != WaitBusy {
 		return nil, fmt.Errorf("wait mode %v does not apply to TCP", w)
 	}
 	stop := context.AfterFunc(ctx, func() { np.c.Close() })
@@ -351,9 +370,6 @@ type procTransport struct {
 	peer *peerProc
 }
 
-// peerEnv makes a test binary behave as exsperf when re-executed as a peer.
-const peerEnv = "EXSPERF_PEER_MAIN"
-
 func newProcTransport(scheme string) (*procTransport, error) {
 	return &procTransport{netTransport: netTransport{
 		name:  scheme + "-proc",
@@ -361,7 +377,7 @@ func newProcTransport(scheme string) (*procTransport, error) {
 	}}, nil
 }
 
-func (t *procTransport) Open(ctx context.Context, p pairParams) (pair, error) {
+func (t *procTransport) Open(ctx context.Context, p Params) (Pair, error) {
 	if t.peer == nil {
 		if err := t.start(ctx, p.CC); err != nil {
 			return nil, err
@@ -377,7 +393,7 @@ func (t *procTransport) start(ctx context.Context, cc string) error {
 	if err != nil {
 		return err
 	}
-	a, err := parsePeerAddr(strings.TrimSpace(strings.TrimPrefix(line, "listening ")), true)
+	a, err := ParseTCPAddr(strings.TrimSpace(strings.TrimPrefix(line, "listening ")), true)
 	if err != nil {
 		return errors.Join(fmt.Errorf("the peer process said %q: %w", short(line), err), p.Close())
 	}

@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"container/heap"
@@ -9,14 +9,14 @@ import (
 	"github.com/exsgo/exs/dynproto"
 )
 
-// linkParams describes an emulated link: a round-trip time and a bandwidth.
-type linkParams struct {
+// Link describes an emulated link: a round-trip time and a bandwidth.
+type Link struct {
 	RTT       time.Duration
 	Bandwidth float64 // bits per second; 0 means unlimited
 }
 
-func (l linkParams) String() string {
-	return fmt.Sprintf("%v round trip at %s", l.RTT, bitRate(l.Bandwidth))
+func (l Link) String() string {
+	return fmt.Sprintf("%v round trip at %s", l.RTT, BitRate(l.Bandwidth))
 }
 
 // vlink emulates distance for an engine pair in virtual time, as a
@@ -50,7 +50,7 @@ type vevent struct {
 	f    dynproto.Frame
 }
 
-func newVlink(l linkParams) *vlink {
+func newVlink(l Link) *vlink {
 	v := &vlink{oneWay: int64(l.RTT) * 1000 / 2}
 	if l.Bandwidth > 0 {
 		v.psPerByte = 8e12 / l.Bandwidth

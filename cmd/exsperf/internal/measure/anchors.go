@@ -1,4 +1,4 @@
-package main
+package measure
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // recvs destination buffers (one copy, as a direct transfer), or through a
 // ring of ringBytes in between (two copies, as an indirect transfer). It runs
 // on one locked thread; its CPU time is that thread's.
-func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, warmup, d time.Duration) (result, error) {
+func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, warmup, d time.Duration) (Result, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	src, dst := makeBufs(sends, size), makeBufs(recvs, size)
@@ -53,11 +53,11 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 			}
 		}
 		if ctx.Err() != nil {
-			return result{}, ctx.Err()
+			return Result{}, ctx.Err()
 		}
 	}
 	cpu := cpuDelta(m[0].thread, m[1].thread)
-	return result{
+	return Result{
 		Bytes: m[1].bytes - m[0].bytes, Msgs: m[1].msgs - m[0].msgs, Elapsed: m[1].at.Sub(m[0].at),
 		CPUSend: -1, CPURecv: -1, CPUTotal: cpu,
 	}, nil
@@ -78,7 +78,7 @@ const crossPiece = 64 << 10
 // Where threads cannot be bound to CPUs (one CPU, another platform), the
 // two threads run where the system puts them. The CPU time is the two
 // threads'.
-func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, warmup, d time.Duration) (result, error) {
+func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, warmup, d time.Duration) (Result, error) {
 	src, dst := makeBufs(sends, size), makeBufs(recvs, size)
 	ring := makeBufs(1, ringBytes)[0]
 	var pos struct {
@@ -170,13 +170,13 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 	pos.stop.Store(true)
 	<-consumerDone
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	cpu := time.Duration(-1)
 	if c, p := cpuDelta(m[0].thread, m[1].thread), cpuDelta(prodCPU[0], prodCPU[1]); c >= 0 && p >= 0 {
 		cpu = c + p
 	}
-	return result{
+	return Result{
 		Bytes: m[1].bytes - m[0].bytes, Msgs: m[1].msgs - m[0].msgs, Elapsed: m[1].at.Sub(m[0].at),
 		CPUSend: -1, CPURecv: -1, CPUTotal: cpu,
 	}, nil
