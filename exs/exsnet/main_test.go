@@ -46,6 +46,8 @@ func child(role, arg string) int {
 	switch role {
 	case "relay":
 		err = childRelay(addr)
+	case "http":
+		err = childHTTP(addr)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
