@@ -692,11 +692,24 @@ func cause(err error) error {
 	if errors.As(err, &oe) {
 		err = oe.Err
 	}
-	if errors.Is(err, exs.ErrClosed) {
+	switch {
+	case errors.Is(err, exs.ErrClosed):
 		return net.ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// A connect past its time limit: net.OpError.Timeout asks the
+		// cause itself.
+		return timeoutError{err}
 	}
 	return err
 }
+
+// timeoutError is a cause that is a timeout.
+type timeoutError struct{ err error }
+
+func (e timeoutError) Error() string   { return e.err.Error() }
+func (e timeoutError) Unwrap() error   { return e.err }
+func (e timeoutError) Timeout() bool   { return true }
+func (e timeoutError) Temporary() bool { return true }
 
 func (c *Conn) opErr(op string, err error) error {
 	return &net.OpError{Op: op, Net: Network, Source: c.local, Addr: c.remote, Err: err}
