@@ -50,9 +50,10 @@
 //
 // Dial makes an exs stack for its connection and Listen one for the
 // listener and its connections, closed with the last of them; WithStack
-// shares a stack of the caller's. The package starts no goroutine of its
+// shares a stack of the caller's. The package keeps no goroutine of its
 // own: Read and Write wait on their connection's exs queues in the calling
-// goroutine, and the stack's goroutines end with its sockets.
+// goroutine, a deadline's timer only wakes them, and the stack's
+// goroutines end with its sockets.
 //
 // # Errors
 //
