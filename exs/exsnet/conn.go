@@ -506,6 +506,9 @@ func (c *Conn) CloseWrite() error {
 	}
 	c.wshut.Store(true)
 	if err := c.sock.Shutdown(c.cq, "shutdown"); err != nil {
+		c.mu.Lock()
+		c.shutdown = false // Close must not wait for it
+		c.mu.Unlock()
 		return c.opErr("close", cause(err))
 	}
 	return nil
