@@ -48,6 +48,8 @@ func child(role, arg string) int {
 		err = childRelay(addr)
 	case "http":
 		err = childHTTP(addr)
+	case "sink":
+		err = childSink(addr)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -145,9 +147,10 @@ type childProcess struct {
 }
 
 // startChild starts the child serving at addr and returns once it has
-// written its first line ("ready"). The child's stdin is closed at the end
-// of the test, and the test waits for it to exit.
-func startChild(t testing.TB, role, addr string) *childProcess {
+// written its first line ("ready", then what the child says of itself,
+// which it returns). The child's stdin is closed at the end of the test,
+// and the test waits for it to exit.
+func startChild(t testing.TB, role, addr string) string {
 	t.Helper()
 	b, err := json.Marshal(addr)
 	if err != nil {
@@ -200,13 +203,15 @@ func startChild(t testing.TB, role, addr string) *childProcess {
 	})
 	select {
 	case l, ok := <-c.lines:
-		if !ok || l != "ready" {
+		rest, found := strings.CutPrefix(l, "ready")
+		if !ok || !found {
 			t.Fatalf("child %s: first line %q, want ready", role, l)
 		}
+		return strings.TrimSpace(rest)
 	case <-time.After(testTimeout):
 		t.Fatalf("child %s wrote nothing for too long", role)
 	}
-	return c
+	return ""
 }
 
 // serveUntilStdinCloses runs serve with a listener at addr, after saying
