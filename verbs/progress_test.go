@@ -3,7 +3,6 @@ package verbs_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,34 +10,19 @@ import (
 	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
+	"github.com/exsgo/exs/verbs/faults"
 	"github.com/exsgo/exs/verbs/inproc"
 )
-
-// progressLink is an in-process link that counts the calls of its
-// Progresser methods.
-type progressLink struct {
-	verbs.Link
-	progress, unpoll atomic.Int64
-}
-
-func (l *progressLink) Progress() bool { l.progress.Add(1); return false }
-func (l *progressLink) Unpoll()        { l.unpoll.Add(1) }
-
-var _ verbs.Progresser = (*progressLink)(nil)
 
 // TestCQProgress checks when a CQ runs the progress of its connections:
 // Poll when it has fewer completions than asked for, Wait while it spins
 // and Unpoll once before it blocks, and never after the connection ended.
 func TestCQProgress(t *testing.T) {
-	var mu sync.Mutex
-	links := map[uint32]*progressLink{} // by queue pair number
-	p := &wrapProvider{inner: inproc.New(), wrap: func(l verbs.Link, ep *verbs.Endpoint) verbs.Link {
-		pl := &progressLink{Link: l}
-		mu.Lock()
-		links[ep.QPNum()] = pl
-		mu.Unlock()
-		return pl
-	}}
+	// The fault-injecting wrapper counts the calls of its links'
+	// Progresser methods (over the in-process provider, which has none,
+	// Progress reports no work).
+	p := faults.New(inproc.New())
+	defer p.Close()
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +52,19 @@ func TestCQProgress(t *testing.T) {
 	if _, err := qa.Connect(ctx, "inproc:progress", nil); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	la, lb := links[qa.Num()], links[qb.Num()]
-	mu.Unlock()
+	var la, lb *faults.Conn
+	for _, c := range p.Conns() {
+		switch c.Endpoint().QPNum() {
+		case qa.Num():
+			la = c
+		case qb.Num():
+			lb = c
+		}
+	}
 	if la == nil || lb == nil {
 		t.Fatal("a link was not wrapped")
 	}
-	counts := func() [3]int64 { return [3]int64{la.progress.Load(), la.unpoll.Load(), lb.progress.Load()} }
+	counts := func() [3]int64 { return [3]int64{la.Stats().Polls, la.Stats().Unpolls, lb.Stats().Polls} }
 	wcs := make([]verbs.WC, 1)
 
 	// An empty CQ: Poll runs the progress of its own connection only.
