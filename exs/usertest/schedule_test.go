@@ -648,6 +648,27 @@ func (sr *seedRun) closeWait(q *exs.Queue, user any) error {
 	}
 }
 
+// closeAfterViolation closes a socket that a side left open on a
+// violation, and waits for its EventClose, so that its memory is no longer
+// in use; it reports whether it came.
+func (sr *seedRun) closeAfterViolation(so *exs.Socket, q *exs.Queue) bool {
+	err := so.Close(q, schedCloseTag{})
+	if err != nil && !errors.Is(err, exs.ErrClosed) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		var evs [1]exs.Event
+		if _, err := q.DequeueContext(ctx, evs[:], 1); err != nil {
+			return false
+		}
+		if evs[0].Type == exs.EventClose {
+			return true
+		}
+	}
+}
+
 // Users of a side's operations.
 type (
 	schedSendTag   int
@@ -697,10 +718,27 @@ func (sr *seedRun) runSide(st *exs.Stack, so *exs.Socket, i, s int) (res sideRes
 			mh = nil // each operation registers alone (and may be refused too)
 		}
 	}
+	closed := false // EventClose came: nothing of the socket uses mem
 	defer func() {
+		if !closed && !sr.closeAfterViolation(so, q) {
+			// Still in use (by the provider, by the peer through a key
+			// it holds): leave it, registered and allocated.
+			res.violate("the socket did not close after a violation: its memory is left in use")
+			return
+		}
 		if mh != nil {
-			if err := st.Mderegister(mh); err != nil {
+			// A peer's write into the handle under way at the close holds
+			// it for a moment (ErrBusy): retry, and free the memory only
+			// once it is deregistered.
+			deadline := time.Now().Add(10 * time.Second)
+			err := st.Mderegister(mh)
+			for errors.Is(err, exs.ErrBusy) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+				err = st.Mderegister(mh)
+			}
+			if err != nil {
 				res.violate("mderegister after the close: %v", err)
+				return // still registered: the memory may still be written
 			}
 		}
 		if sp.Alloc {
@@ -948,6 +986,7 @@ func (sr *seedRun) runSide(st *exs.Stack, so *exs.Socket, i, s int) (res sideRes
 			closing = true
 			outstanding++
 		case schedCloseTag:
+			closed = ev.Type == exs.EventClose
 			if ev.Type != exs.EventClose || ev.Err != nil {
 				res.violate("close: %v %v", ev.Type, ev.Err)
 			}
