@@ -112,7 +112,11 @@ func parsePeerAddr(s string, listen bool) (peerAddr, error) {
 	if port == "" {
 		port = defaultPort
 	}
-	return peerAddr{scheme: "tcp", host: net.JoinHostPort(host, port)}, nil
+	a := peerAddr{scheme: "tcp", host: net.JoinHostPort(host, port)}
+	if _, _, err := net.SplitHostPort(a.host); err != nil {
+		return peerAddr{}, fmt.Errorf("bad address %q (want tcp:HOST:PORT)", s) // "[", say
+	}
+	return a, nil
 }
 
 // server accepts measurement connections and serves them one at a time.
