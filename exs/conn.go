@@ -234,7 +234,10 @@ func (c *conn) destroy() {
 		}
 	}
 	if c.ring != nil {
-		if c.ringMR == nil || c.ringMR.Deregister() == nil {
+		// The queue pair is closed, but a peer's write into the stream
+		// buffer may still be being placed: wait for it, or the buffer
+		// would stay registered (and allocated) for good.
+		if c.ringMR == nil || deregisterWait(c.ringMR) == nil {
 			if c.ringAlloc != nil {
 				c.ringAlloc.Free(c.ring)
 			} else {

@@ -117,7 +117,9 @@ func (st *Stack) Mregister(buf []byte, access Access) (*MHandle, error) {
 }
 
 // Mderegister deregisters h. It returns an error matching ErrBusy (and
-// mreg.ErrBusy) while operations that name h are outstanding, leaving h
+// mreg.ErrBusy) while operations that name h are outstanding, or while a
+// peer's write into h, under way when its recv completed or its connection
+// ended, is still being placed (for a moment: retry), leaving h
 // registered; an error matching ErrInvalid and mreg.ErrDeregistered if h
 // was already deregistered; and ErrInvalid for a nil handle or one of
 // another stack. After success, operations naming h fail with ErrInvalid.

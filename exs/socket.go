@@ -2,13 +2,16 @@ package exs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -695,13 +698,30 @@ func (s *Socket) kick() {
 	}
 }
 
-// releaseMem drops what the operation holds of its memory.
+// releaseMem drops what the operation holds of its memory. A registration
+// of the operation's own is deregistered before its event is posted: a
+// peer's write into the buffer that took its reference before the
+// connection went may still be being placed (Deregister then reports
+// mreg.ErrBusy), and the buffer is the caller's again only once it is
+// done, so releaseMem waits for it, a copy already under way.
 func (o *op) releaseMem() {
 	if o.mh != nil {
 		o.mh.release()
 	}
 	if o.tmp {
-		o.mr.Deregister()
+		deregisterWait(o.mr)
+	}
+}
+
+// deregisterWait deregisters mr, waiting while a copy into it, already
+// under way, holds it.
+func deregisterWait(mr *verbs.MR) error {
+	for {
+		err := mr.Deregister()
+		if !errors.Is(err, mreg.ErrBusy) {
+			return err
+		}
+		runtime.Gosched()
 	}
 }
 

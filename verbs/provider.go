@@ -202,6 +202,28 @@ type RegistrationObserver interface {
 	MemoryDeregistered(pd *PD, mr *MR)
 }
 
+// RegistrationFilter is an optional ability of a Provider, for fault
+// injection (package verbs/faults): before each registration in one of the
+// device's protection domains, PD.RegisterMR asks it, and fails with the
+// error it returns, registering nothing. It must not block for long and
+// must not call back into the PD.
+type RegistrationFilter interface {
+	FilterRegistration(pd *PD, buf []byte, access mreg.Access) error
+}
+
+// PostFilter is an optional ability of a Provider, for fault injection
+// (package verbs/faults): a queue pair that has a connection (being set up
+// or set up) asks it at the start of each post (PostSend, PostSendBatch,
+// PostRecv, PostRecvBatch), and the post fails with the error it returns,
+// posting nothing: ErrQueueFull, say, to play a full queue or completion
+// queue. ep is the connection's Endpoint, as given to Dial or
+// LinkRequest.Accept; recv tells a receive post from a send post, and n is
+// the number of work requests. It must not block for long and must not call
+// into the queue pair.
+type PostFilter interface {
+	FilterPost(ep *Endpoint, recv bool, n int) error
+}
+
 // RegionInfo describes a registered region as it may be published to
 // peers: enough to check a one-sided operation against a table the
 // checker does not hold. Info returns it for an MR.

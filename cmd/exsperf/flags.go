@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,9 @@ func parseSizes(s string) ([]int, error) {
 		}
 		for n := a; n <= b; n *= factor {
 			out = append(out, n)
+			if n > b/factor {
+				break // the next step passes b (and would overflow for a large factor)
+			}
 		}
 	}
 	return out, nil
@@ -87,7 +91,7 @@ func parseBandwidth(s string) (float64, error) {
 		mult, t = 1e3, strings.TrimSuffix(t, "k")
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
+	if err != nil || !(v >= 0) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("bad bandwidth %q (want e.g. 10G, 10Gbit/s, 500M; 0 for unlimited)", s)
 	}
 	return v * mult, nil

@@ -42,6 +42,8 @@ func child(role, arg string) int {
 		err = childEnding(arg)
 	case "dial":
 		err = childDial(arg)
+	case "scale":
+		err = childScale(arg)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -131,7 +133,8 @@ func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr st
 // childProcess is this test binary run as a child with a role.
 type childProcess struct {
 	cmd   *exec.Cmd
-	lines chan string // the child's stdout, closed at its end
+	lines chan string    // the child's stdout, closed at its end
+	stdin io.WriteCloser // the child's stdin, closed at the end of the test
 }
 
 // startChild starts the child and returns once it has written its first
@@ -161,7 +164,7 @@ func startChild(t testing.TB, role string, arg any) (*childProcess, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &childProcess{cmd: cmd, lines: make(chan string, 16)}
+	c := &childProcess{cmd: cmd, lines: make(chan string, 16), stdin: stdin}
 	go func() {
 		defer close(c.lines)
 		sc := bufio.NewScanner(stdout)

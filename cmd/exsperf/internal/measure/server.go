@@ -111,7 +111,11 @@ func ParseTCPAddr(s string, listen bool) (TCPAddr, error) {
 	if port == "" {
 		port = DefaultPort
 	}
-	return TCPAddr{Host: net.JoinHostPort(host, port)}, nil
+	a := TCPAddr{Host: net.JoinHostPort(host, port)}
+	if _, _, err := net.SplitHostPort(a.Host); err != nil {
+		return TCPAddr{}, fmt.Errorf("bad address %q (want tcp:HOST:PORT)", s) // "[", say
+	}
+	return a, nil
 }
 
 // TCPServer accepts measurement connections and serves them one at a time.
