@@ -249,6 +249,36 @@ func (q *Queue[T]) PostReserved(ev T) error {
 	return nil
 }
 
+// PostReservedBatch appends the events of evs, in order, using one
+// reservation each, under one lock and with one wake-up of the waiters: as
+// len(evs) calls of PostReserved, without anything between them. It
+// returns ErrInvalid, queuing nothing and consuming nothing, if fewer than
+// len(evs) reservations are held, and ErrClosed after Close (the
+// reservations are consumed and nothing is queued); an empty evs does
+// nothing and returns nil. Like Post it never blocks and does not
+// allocate.
+func (q *Queue[T]) PostReservedBatch(evs []T) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	if q.reserved < len(evs) {
+		q.mu.Unlock()
+		return errNoReservation
+	}
+	q.reserved -= len(evs)
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	for i := range evs {
+		q.pushLocked(evs[i])
+	}
+	q.postedLocked()
+	q.mu.Unlock()
+	return nil
+}
+
 // TryDequeue moves up to len(events) queued events, oldest first, into
 // events and returns how many it moved. It never waits. On a closed queue
 // it still returns the events that remain.

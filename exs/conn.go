@@ -489,7 +489,7 @@ func (c *conn) do(a *dynproto.Action) bool {
 		}
 		s.complete(int32(a.ID), a.Len, a.Err, nil)
 		if a.EOF {
-			s.done[len(s.done)-1].ev.EOF = true
+			s.doneEv[len(s.doneEv)-1].EOF = true
 		}
 	}
 	return true
