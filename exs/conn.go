@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -493,7 +492,7 @@ func (c *conn) do(a *dynproto.Action) bool {
 		}
 		s.complete(int32(a.ID), a.Len, a.Err, nil)
 		if a.EOF {
-			s.done[len(s.done)-1].ev.EOF = true
+			s.doneEv[len(s.doneEv)-1].EOF = true
 		}
 	}
 	return true
@@ -774,17 +773,8 @@ func (c *conn) close() {
 // WaitAdaptive mode it spins first, in WaitBusyPoll it only spins.
 func (c *conn) idle() {
 	s := c.s
-	if s.cfg.wait != WaitNotify {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
-				return
-			}
-			runtime.Gosched()
-			if s.cfg.wait == WaitAdaptive && i%8 == 0 && time.Since(start) >= s.cfg.spin {
-				break
-			}
-		}
+	if s.cfg.wait != WaitNotify && c.spin() {
+		return
 	}
 	s.sleeping.Store(true)
 	c.cq.RequestNotify()
@@ -798,6 +788,22 @@ func (c *conn) idle() {
 	}
 	s.sleeping.Store(false)
 	s.gstats.Wakeups++
+}
+
+// spin waits for work by spinning, for the spin time in WaitAdaptive mode,
+// and reports whether work came.
+func (c *conn) spin() bool {
+	s := c.s
+	sp := spin.Spin{}
+	if s.cfg.wait == WaitAdaptive {
+		sp = spin.For(s.cfg.spin)
+	}
+	for s.ncmd.Load() == 0 && c.cq.Len() == 0 {
+		if sp.Next() != spin.Again {
+			return false
+		}
+	}
+	return true
 }
 
 // actionFIFO is a queue of actions whose storage is reused.

@@ -229,6 +229,18 @@ func (q *Queue) post(ev Event) {
 	q.settle(-queuePosting)
 }
 
+// postBatch posts the events of operations that reserved room, as post
+// does for each, in one batch.
+func (q *Queue) postBatch(evs []Event) {
+	n := int64(len(evs))
+	q.state.Add(n * (queuePosting - 1))
+	q.eq.PostReservedBatch(evs)
+	if h := testHookPosted.Load(); h != nil {
+		(*h)(q)
+	}
+	q.settle(-n * queuePosting)
+}
+
 // testHookPosted, if set, runs after an event is queued and before its
 // operation stops posting (tests of Qdelete racing a post).
 var testHookPosted atomic.Pointer[func(*Queue)]

@@ -105,12 +105,12 @@ type op struct {
 // outstanding on a socket.
 const ctlSlots = 8
 
-// completion is an operation's event waiting to be posted.
+// completion is an operation whose event waits to be posted: its slot,
+// kind and queue; the event is at the same index of Socket.doneEv.
 type completion struct {
 	idx  int32
 	kind opKind
 	q    *Queue
-	ev   Event
 }
 
 // Socket is an endpoint of the Extended Sockets API. Create one with
@@ -162,6 +162,7 @@ type Socket struct {
 
 	// Owned by the goroutine serving the socket.
 	done   []completion
+	doneEv []Event // the events of done, in the same order
 	gstats Stats
 
 	statsMu sync.Mutex
@@ -746,13 +747,15 @@ func (s *Socket) complete(idx int32, n int, err error, accepted *Socket) {
 		}
 	}
 	o.releaseMem()
-	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q, ev: ev})
+	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q})
+	s.doneEv = append(s.doneEv, ev)
 	*o = op{}
 }
 
 // flushDone frees the slots of the completed operations, then posts their
 // events, so that an application that dequeues an event may post again at
-// once.
+// once. The events of consecutive operations with the same queue are
+// posted together.
 func (s *Socket) flushDone() {
 	if len(s.done) == 0 {
 		return
@@ -773,12 +776,18 @@ func (s *Socket) flushDone() {
 		}
 	}
 	s.mu.Unlock()
-	for i := range s.done {
-		d := &s.done[i]
-		d.q.post(d.ev)
-		*d = completion{}
+	for i := 0; i < len(s.done); {
+		q := s.done[i].q
+		j := i + 1
+		for j < len(s.done) && s.done[j].q == q {
+			j++
+		}
+		q.postBatch(s.doneEv[i:j])
+		i = j
 	}
-	s.done = s.done[:0]
+	clear(s.done)
+	clear(s.doneEv)
+	s.done, s.doneEv = s.done[:0], s.doneEv[:0]
 }
 
 // takeCommands moves the queued operations into buf and reports whether

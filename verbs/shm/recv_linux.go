@@ -9,9 +9,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
+	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -33,35 +33,24 @@ func (l *link) RecvPosted() {
 }
 
 // run is the receiver: it takes records from the peer's rings and waits
-// on its bell when there are none. It alone does the receive work.
+// on its bell when there are none, after spinning for the provider's spin
+// time. It alone does the receive work.
 func (l *link) run() {
 	defer l.exit()
-	var spinStart time.Time
-	idle := 0
+	sp := spin.For(l.p.opts.spin)
 	for !l.stop.Load() {
 		if l.poll() {
-			spinStart, idle = time.Time{}, 0
+			sp.Reset()
 			continue
 		}
 		if l.peerGone.Load() {
 			l.onPeerGone()
 			return
 		}
-		// Read the clock on every 8th empty poll only: it costs as
-		// much as a poll.
-		if idle++; idle&7 != 1 {
-			runtime.Gosched()
-			continue
+		if sp.Next() == spin.Block {
+			l.sleep()
+			sp.Reset()
 		}
-		if spinStart.IsZero() {
-			spinStart = time.Now()
-		}
-		if time.Since(spinStart) < l.p.opts.spin {
-			runtime.Gosched()
-			continue
-		}
-		l.sleep()
-		spinStart, idle = time.Time{}, 0
 	}
 }
 
