@@ -113,7 +113,7 @@ func (e *Engine) pumpAck(out []Action) []Action {
 		e.unacked, e.msgs, e.ackTooLong = 0, 0, false
 		e.stats.AcksSent++
 		out = e.frame(out, 0, f)
-		if e.cfg.Type != SeqPacket || e.segs.len() == 0 {
+		if e.cfg.Type != SeqPacket || e.segs.Len() == 0 {
 			return out
 		}
 		// Resume copying after a too-long message.
@@ -143,8 +143,8 @@ func (e *Engine) onAck(out []Action, f *Frame) ([]Action, error) {
 	}
 	// Message mode: the receiver consumed f.Msgs messages sent indirectly.
 	left := int(f.Msgs)
-	for i := 0; i < e.sends.len() && left > 0; i++ {
-		s := e.sends.at(i)
+	for i := 0; i < e.sends.Len() && left > 0; i++ {
+		s := e.sends.At(i)
 		if !s.awaitAck {
 			continue
 		}

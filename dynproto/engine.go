@@ -1,6 +1,10 @@
 package dynproto
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/exsgo/exs/internal/fifo"
+)
 
 // Engine is one end of a connection running the dynamic protocol: a sender
 // half for the outgoing stream and a receiver half for the incoming one.
@@ -75,7 +79,7 @@ func (e *Engine) Gone() bool { return e.gone && !e.dead }
 // has been sent and all its sends completed, and the peer's FIN has arrived
 // and every byte before it has been copied out.
 func (e *Engine) Done() bool {
-	return e.finSent && e.sends.len() == 0 && e.fin && e.br == 0 && e.segs.len() == 0
+	return e.finSent && e.sends.Len() == 0 && e.fin && e.br == 0 && e.segs.Len() == 0
 }
 
 // Pump lets the engine act on its current state: send ACKs, judge new recvs
@@ -150,16 +154,16 @@ func (e *Engine) Abort(out []Action, err error) []Action {
 		return out
 	}
 	e.dead, e.deadErr = true, err
-	for e.sends.len() > 0 {
-		s := e.sends.pop()
+	for e.sends.Len() > 0 {
+		s := e.sends.Pop()
 		out = append(out, Action{Kind: SendDone, ID: s.id, Err: err})
 	}
-	for e.recvs.len() > 0 {
-		r := e.recvs.pop()
+	for e.recvs.Len() > 0 {
+		r := e.recvs.Pop()
 		out = append(out, Action{Kind: RecvDone, ID: r.id, Len: r.filled, Err: err})
 	}
 	e.cur, e.adv, e.kb = 0, 0, 0
-	e.writes = fifo[uint64]{}
+	e.writes = fifo.Queue[uint64]{}
 	return out
 }
 

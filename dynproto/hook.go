@@ -27,11 +27,11 @@ func init() {
 // with it (hook.Ops.Clone).
 func (e *Engine) clone() *Engine {
 	c := *e
-	c.sends = e.sends.clone()
-	c.writes = e.writes.clone()
-	c.adverts = e.adverts.clone()
-	c.recvs = e.recvs.clone()
-	c.segs = e.segs.clone()
+	c.sends = e.sends.Clone()
+	c.writes = e.writes.Clone()
+	c.adverts = e.adverts.Clone()
+	c.recvs = e.recvs.Clone()
+	c.segs = e.segs.Clone()
 	return &c
 }
 
@@ -57,9 +57,9 @@ func (e *Engine) appendKey(b []byte) []byte {
 	t(e.slot)
 	t(e.slotOwed)
 	// Sender half.
-	i(e.sends.len())
-	for k := 0; k < e.sends.len(); k++ {
-		s := e.sends.at(k)
+	i(e.sends.Len())
+	for k := 0; k < e.sends.Len(); k++ {
+		s := e.sends.At(k)
 		u(s.id)
 		u(s.no)
 		i(s.n)
@@ -71,13 +71,13 @@ func (e *Engine) appendKey(b []byte) []byte {
 	}
 	i(e.cur)
 	u(e.nextNo)
-	i(e.writes.len())
-	for k := 0; k < e.writes.len(); k++ {
-		u(*e.writes.at(k))
+	i(e.writes.Len())
+	for k := 0; k < e.writes.Len(); k++ {
+		u(*e.writes.At(k))
 	}
-	i(e.adverts.len())
-	for k := 0; k < e.adverts.len(); k++ {
-		a := e.adverts.at(k)
+	i(e.adverts.Len())
+	for k := 0; k < e.adverts.Len(); k++ {
+		a := e.adverts.At(k)
 		u(uint64(a.phase))
 		u(uint64(a.seq))
 		u(uint64(a.id))
@@ -98,9 +98,9 @@ func (e *Engine) appendKey(b []byte) []byte {
 	t(e.paused)
 	t(e.pauseSent)
 	// Receiver half.
-	i(e.recvs.len())
-	for k := 0; k < e.recvs.len(); k++ {
-		r := e.recvs.at(k)
+	i(e.recvs.Len())
+	for k := 0; k < e.recvs.Len(); k++ {
+		r := e.recvs.At(k)
 		u(r.id)
 		i(r.n)
 		t(r.waitAll)
@@ -121,9 +121,9 @@ func (e *Engine) appendKey(b []byte) []byte {
 	i(e.kb)
 	i(e.rpos)
 	i(e.rwpos)
-	i(e.segs.len())
-	for k := 0; k < e.segs.len(); k++ {
-		s := e.segs.at(k)
+	i(e.segs.Len())
+	for k := 0; k < e.segs.Len(); k++ {
+		s := e.segs.At(k)
 		i(s.n)
 		t(s.eom)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/exsgo/exs/dynproto/internal/mut"
+	"github.com/exsgo/exs/internal/fifo"
 )
 
 // recv states.
@@ -36,7 +37,7 @@ type segment struct {
 // variables of algorithms 2-4 (P_r, S_r, S'_r, b_r, k_a, k_b) and the stream
 // buffer's bookkeeping.
 type receiver struct {
-	recvs      fifo[recvReq]
+	recvs      fifo.Queue[recvReq]
 	adv        int   // index of the first recv not advertised
 	pr         Phase // P_r
 	sr         Seq   // S_r: next unit to deliver
@@ -46,7 +47,7 @@ type receiver struct {
 	ka, kb     int   // k_a: stale recvs to fill from the stream buffer; k_b: recvs waiting unadvertised
 	rpos       int   // next read offset in the stream buffer
 	rwpos      int   // next write offset expected from the peer
-	segs       fifo[segment]
+	segs       fifo.Queue[segment]
 	unacked    int  // bytes freed and not yet ACKed
 	msgs       int  // messages consumed and not yet ACKed
 	ackTooLong bool // the last of msgs was too long
@@ -75,7 +76,7 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 	} else {
 		e.kb++
 	}
-	e.recvs.push(r)
+	e.recvs.Push(r)
 	return e.Pump(out)
 }
 
@@ -93,8 +94,8 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 // mode a recv shorter than AdvertMin waits (departure 12), and on a stream
 // a direct phase opens with one ADVERT (departure 11).
 func (e *Engine) pumpAdverts(out []Action) []Action {
-	for i := e.adv; i < e.recvs.len(); i++ {
-		r := e.recvs.at(i)
+	for i := e.adv; i < e.recvs.Len(); i++ {
+		r := e.recvs.At(i)
 		if r.state != recvWaiting {
 			continue
 		}
@@ -107,7 +108,7 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 			}
 			continue
 		}
-		if e.probing && e.recvs.at(0).state == recvAdvertised {
+		if e.probing && e.recvs.At(0).state == recvAdvertised {
 			// One ADVERT opens a direct phase; the rest follow its
 			// DIRECT (departure 11).
 			break
@@ -135,7 +136,7 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 		e.stats.AdvertsSent++
 		out = e.frame(out, r.id, f)
 	}
-	for e.adv < e.recvs.len() && e.recvs.at(e.adv).state == recvAdvertised {
+	for e.adv < e.recvs.Len() && e.recvs.At(e.adv).state == recvAdvertised {
 		e.adv++
 	}
 	return out
@@ -179,10 +180,10 @@ func (e *Engine) tooSmallToAdvert(r *recvReq) bool {
 // carries one message, or says that the message was refused as too long
 // (departure 6).
 func (e *Engine) onDirect(out []Action, f *Frame) ([]Action, error) {
-	if e.recvs.len() == 0 {
+	if e.recvs.Len() == 0 {
 		return out, fmt.Errorf("%w: direct transfer with no recv posted", ErrProtocol)
 	}
-	r := e.recvs.at(0)
+	r := e.recvs.At(0)
 	switch {
 	case r.state != recvAdvertised || r.advert != f.ID:
 		return out, fmt.Errorf("%w: direct transfer for ADVERT %d, but the next recv is not that ADVERT's", ErrProtocol, f.ID)
@@ -265,7 +266,7 @@ func (e *Engine) onIndirect(f *Frame) error {
 	}
 	if e.cfg.Type == SeqPacket {
 		eom := f.Flags&FlagEOM != 0
-		e.segs.push(segment{n: n, eom: eom})
+		e.segs.Push(segment{n: n, eom: eom})
 		if eom {
 			e.arr++
 		}
@@ -285,8 +286,8 @@ func (e *Engine) leaveDirect() error {
 	}
 	e.pr = e.pr.Next()
 	e.stats.ReceiverPhaseSwitches++
-	for i := 0; i < e.recvs.len(); i++ {
-		r := e.recvs.at(i)
+	for i := 0; i < e.recvs.Len(); i++ {
+		r := e.recvs.At(i)
 		if r.state == recvAdvertised && !r.stale {
 			if r.filled > 0 {
 				return fmt.Errorf("%w: indirect transfer while ADVERT %d is partly filled", ErrProtocol, r.advert)
@@ -300,12 +301,12 @@ func (e *Engine) leaveDirect() error {
 
 // CanCopy reports whether Copy would move data out of the stream buffer.
 func (e *Engine) CanCopy() bool {
-	if e.dead || e.recvs.len() == 0 {
+	if e.dead || e.recvs.Len() == 0 {
 		return false
 	}
 	if e.cfg.Type == SeqPacket {
 		// After a too-long message, copying waits for its ACK to go.
-		return e.segs.len() > 0 && (!e.ackTooLong || e.gone)
+		return e.segs.Len() > 0 && (!e.ackTooLong || e.gone)
 	}
 	return e.br > 0
 }
@@ -331,8 +332,8 @@ func (e *Engine) Copy(out []Action) []Action {
 
 // copyStream is algorithm 4 on a stream.
 func (e *Engine) copyStream(out []Action) []Action {
-	for e.br > 0 && e.recvs.len() > 0 {
-		r := e.recvs.at(0)
+	for e.br > 0 && e.recvs.Len() > 0 {
+		r := e.recvs.At(0)
 		lc := min(e.br, r.n-r.filled)
 		out = e.copyOut(out, r, lc)
 		e.sr = e.sr.Add(uint64(lc))
@@ -349,14 +350,14 @@ func (e *Engine) copyStream(out []Action) []Action {
 // than its recv is dropped as it arrives, and the recv fails with EMSGSIZE
 // once the whole message is in (departure 6).
 func (e *Engine) copyMessages(out []Action) []Action {
-	for e.segs.len() > 0 && e.recvs.len() > 0 {
+	for e.segs.Len() > 0 && e.recvs.Len() > 0 {
 		if e.ackTooLong && !e.gone {
 			// An ACK reporting a too-long message is still to be sent:
 			// wait, so that each such ACK names exactly one message.
 			break
 		}
-		seg := e.segs.at(0)
-		r := e.recvs.at(0)
+		seg := e.segs.At(0)
+		r := e.recvs.At(0)
 		if !r.tooLong && seg.n > r.n-r.filled {
 			// Longer than the recv: the recv fails once the whole
 			// message has arrived and been dropped.
@@ -372,7 +373,7 @@ func (e *Engine) copyMessages(out []Action) []Action {
 			out = e.copyOut(out, r, seg.n)
 		}
 		eom := seg.eom
-		e.segs.pop()
+		e.segs.Pop()
 		if !eom {
 			continue
 		}
@@ -430,7 +431,7 @@ func (e *Engine) consume(n int) {
 
 // completeRecv completes the head recv with its filled bytes.
 func (e *Engine) completeRecv(out []Action, err error) []Action {
-	r := e.recvs.pop()
+	r := e.recvs.Pop()
 	switch {
 	case r.stale:
 		e.ka--
@@ -469,8 +470,8 @@ func (e *Engine) holding() bool {
 		return false
 	}
 	rem := e.br
-	for i := 0; i < e.recvs.len(); i++ {
-		r := e.recvs.at(i)
+	for i := 0; i < e.recvs.Len(); i++ {
+		r := e.recvs.At(i)
 		switch {
 		case r.state == recvAdvertised && !r.stale:
 			return true
@@ -549,8 +550,8 @@ func (e *Engine) onFin(out []Action, f *Frame) ([]Action, error) {
 	}
 	e.fin = true
 	// Recvs not advertised yet never will be.
-	for i := 0; i < e.recvs.len(); i++ {
-		if r := e.recvs.at(i); r.state == recvWaiting {
+	for i := 0; i < e.recvs.Len(); i++ {
+		if r := e.recvs.At(i); r.state == recvWaiting {
 			r.state = recvPlain
 		}
 	}
@@ -561,11 +562,11 @@ func (e *Engine) onFin(out []Action, f *Frame) ([]Action, error) {
 // finishAtEOF completes the pending recvs once the peer's stream has ended and
 // its stream buffer is drained.
 func (e *Engine) finishAtEOF(out []Action) []Action {
-	if !e.fin || e.br > 0 || e.segs.len() > 0 {
+	if !e.fin || e.br > 0 || e.segs.Len() > 0 {
 		return out
 	}
-	for e.recvs.len() > 0 {
-		eof := e.recvs.at(0).filled == 0
+	for e.recvs.Len() > 0 {
+		eof := e.recvs.At(0).filled == 0
 		out = e.completeRecv(out, nil)
 		out[len(out)-1].EOF = eof
 	}
@@ -592,17 +593,17 @@ func (e *Engine) PeerGone(out []Action, err error) []Action {
 		return e.Abort(out, err) // the mutant: as if this end aborted
 	}
 	e.gone, e.goneErr = true, err
-	for e.sends.len() > 0 {
-		s := e.sends.pop()
+	for e.sends.Len() > 0 {
+		s := e.sends.Pop()
 		out = append(out, Action{Kind: SendDone, ID: s.id, Err: err})
 	}
 	e.cur = 0
-	e.writes = fifo[uint64]{}
-	e.adverts = fifo[advert]{}
+	e.writes = fifo.Queue[uint64]{}
+	e.adverts = fifo.Queue[advert]{}
 	e.paused, e.pauseSent = false, false
 	// Nothing more will be advertised.
-	for i := e.adv; i < e.recvs.len(); i++ {
-		if r := e.recvs.at(i); r.state == recvWaiting {
+	for i := e.adv; i < e.recvs.Len(); i++ {
+		if r := e.recvs.At(i); r.state == recvWaiting {
 			r.state = recvPlain
 		}
 	}
@@ -610,12 +611,12 @@ func (e *Engine) PeerGone(out []Action, err error) []Action {
 	if e.cfg.Type == SeqPacket {
 		// The segments after the last whole message will never be
 		// completed by the rest of their message.
-		keep := e.segs.len()
-		for keep > 0 && !e.segs.at(keep-1).eom {
+		keep := e.segs.Len()
+		for keep > 0 && !e.segs.At(keep-1).eom {
 			keep--
-			e.br -= e.segs.at(keep).n
+			e.br -= e.segs.At(keep).n
 		}
-		e.segs.truncate(keep)
+		e.segs.Truncate(keep)
 	}
 	return e.finishGone(out)
 }
@@ -623,15 +624,15 @@ func (e *Engine) PeerGone(out []Action, err error) []Action {
 // finishGone completes the pending recvs of a connection that is gone once
 // its stream buffer has nothing more for them.
 func (e *Engine) finishGone(out []Action) []Action {
-	if !e.gone || e.fin || e.br > 0 || e.segs.len() > 0 {
+	if !e.gone || e.fin || e.br > 0 || e.segs.Len() > 0 {
 		return out
 	}
 	if mut.GoneEOF {
 		e.fin = true // the mutant: as if the peer's FIN had arrived
 		return e.finishAtEOF(out)
 	}
-	for e.recvs.len() > 0 {
-		r := e.recvs.at(0)
+	for e.recvs.Len() > 0 {
+		r := e.recvs.At(0)
 		if e.cfg.Type == Stream && r.filled > 0 {
 			out = e.completeRecv(out, nil)
 			continue

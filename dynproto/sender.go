@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/exsgo/exs/dynproto/internal/mut"
+	"github.com/exsgo/exs/internal/fifo"
 )
 
 // sendReq is a send posted and not yet complete.
@@ -33,15 +34,15 @@ type advert struct {
 // sender is the sender half's state: the sends not yet complete and the
 // variables of algorithm 1 (q_A, P_S, S_S, b_s).
 type sender struct {
-	sends     fifo[sendReq] // incomplete sends, in post order
-	cur       int           // index in sends of the first send not fully issued
+	sends     fifo.Queue[sendReq] // incomplete sends, in post order
+	cur       int                 // index in sends of the first send not fully issued
 	nextNo    uint64
-	writes    fifo[uint64] // serial numbers of the sends of outstanding writes
-	adverts   fifo[advert] // q_A
-	ps        Phase        // P_S
-	ss        Seq          // S_S
-	bs        int          // b_s: byte credits for the peer's stream buffer
-	wpos      int          // next write offset in the peer's stream buffer
+	writes    fifo.Queue[uint64] // serial numbers of the sends of outstanding writes
+	adverts   fifo.Queue[advert] // q_A
+	ps        Phase              // P_S
+	ss        Seq                // S_S
+	bs        int                // b_s: byte credits for the peer's stream buffer
+	wpos      int                // next write offset in the peer's stream buffer
 	cstalled  bool
 	shutdown  bool // Shutdown was called
 	finSent   bool
@@ -72,7 +73,7 @@ func (e *Engine) QueueSend(out []Action, id uint64, n int) []Action {
 	if n == 0 && e.cfg.Type == Stream {
 		s.all = true // nothing to transfer
 	}
-	e.sends.push(s)
+	e.sends.Push(s)
 	if s.all {
 		e.skipIssued()
 		out = e.completeSends(out)
@@ -101,7 +102,7 @@ func (e *Engine) Shutdown(out []Action) []Action {
 // and every byte before it has been handed to a transfer (departure 10),
 // and a frame credit is at hand.
 func (e *Engine) finDue() bool {
-	return e.shutdown && !e.finSent && e.cur == e.sends.len() && e.canFrame()
+	return e.shutdown && !e.finSent && e.cur == e.sends.Len() && e.canFrame()
 }
 
 // sendFin sends the FIN after the last byte (departure 10).
@@ -115,11 +116,11 @@ func (e *Engine) WriteDone(out []Action) ([]Action, error) {
 	if e.dead || e.gone {
 		return out, nil
 	}
-	if e.writes.len() == 0 {
+	if e.writes.Len() == 0 {
 		return out, fmt.Errorf("%w: write completion with no write outstanding", ErrProtocol)
 	}
-	no := e.writes.pop()
-	s := e.sends.at(int(no - e.sends.at(0).no))
+	no := e.writes.Pop()
+	s := e.sends.At(int(no - e.sends.At(0).no))
 	s.writes--
 	out = e.completeSends(out)
 	return e.Pump(out), nil
@@ -128,8 +129,8 @@ func (e *Engine) WriteDone(out []Action) ([]Action, error) {
 // completeSends completes, in order, every send at the head of the queue
 // whose transfers are all done.
 func (e *Engine) completeSends(out []Action) []Action {
-	for e.sends.len() > 0 {
-		s := e.sends.at(0)
+	for e.sends.Len() > 0 {
+		s := e.sends.At(0)
 		if !s.all || s.writes > 0 || s.awaitAck {
 			break
 		}
@@ -138,7 +139,7 @@ func (e *Engine) completeSends(out []Action) []Action {
 			a.Len = 0
 		}
 		out = append(out, a)
-		e.sends.pop()
+		e.sends.Pop()
 		if e.cur > 0 {
 			e.cur--
 		}
@@ -149,7 +150,7 @@ func (e *Engine) completeSends(out []Action) []Action {
 // skipIssued moves e.cur past sends that need no (more) transfers: empty
 // sends on a stream.
 func (e *Engine) skipIssued() {
-	for e.cur < e.sends.len() && e.sends.at(e.cur).all {
+	for e.cur < e.sends.Len() && e.sends.At(e.cur).all {
 		e.cur++
 	}
 }
@@ -167,7 +168,7 @@ func (e *Engine) onAdvert(f *Frame) error {
 	if !f.Phase.IsDirect() {
 		return fmt.Errorf("%w: ADVERT in indirect phase %d", ErrProtocol, f.Phase)
 	}
-	e.adverts.push(advert{
+	e.adverts.Push(advert{
 		phase:   f.Phase,
 		seq:     f.Seq,
 		id:      f.ID,
@@ -190,7 +191,7 @@ func (e *Engine) onAdvert(f *Frame) error {
 //     holds recvs (departure 11: pause instead);
 //  3. otherwise wait for an ADVERT, an ACK or a frame credit.
 func (e *Engine) pumpSends(out []Action) []Action {
-	for e.skipIssued(); e.cur < e.sends.len(); e.skipIssued() {
+	for e.skipIssued(); e.cur < e.sends.Len(); e.skipIssued() {
 		if !e.canFrame() {
 			return out
 		}
@@ -210,7 +211,7 @@ func (e *Engine) pumpSends(out []Action) []Action {
 			return e.pause(out)
 		}
 		e.hstalled = false
-		if e.bs == 0 && !(e.cfg.Type == SeqPacket && e.sends.at(e.cur).n == 0) {
+		if e.bs == 0 && !(e.cfg.Type == SeqPacket && e.sends.At(e.cur).n == 0) {
 			// Step 3: no credits (an empty message needs none).
 			if !e.cstalled {
 				e.cstalled = true
@@ -237,7 +238,7 @@ func (e *Engine) pauseForHeld() bool {
 	if !e.hinting() || !(e.held || e.paused) {
 		return false
 	}
-	s := e.sends.at(e.cur)
+	s := e.sends.At(e.cur)
 	return e.paused || s.n-s.issued >= e.hintMin(e.cfg.PeerRecvBuffer)
 }
 
@@ -262,11 +263,11 @@ func (e *Engine) pause(out []Action) []Action {
 // step 1). In a direct phase the head is usable as it is: the ADVERTs of
 // one direct phase are used in order.
 func (e *Engine) freshAdvert() *advert {
-	for e.adverts.len() > 0 {
-		a := e.adverts.at(0)
+	for e.adverts.Len() > 0 {
+		a := e.adverts.At(0)
 		if !e.ps.IsDirect() && e.stale(a) {
 			e.jumpPast(a)
-			e.adverts.pop()
+			e.adverts.Pop()
 			e.stats.AdvertsDiscarded++
 			continue
 		}
@@ -305,7 +306,7 @@ func (e *Engine) direct(out []Action, a *advert) []Action {
 	e.paused, e.pauseSent = false, false
 	f := Frame{Type: FrameDirect, Phase: e.ps, Seq: e.ss, ID: a.id}
 	if e.cfg.Type == SeqPacket {
-		s := e.sends.at(e.cur)
+		s := e.sends.At(e.cur)
 		f.Flags = FlagEOM
 		if s.n > a.n {
 			// The message does not fit: refuse it at both ends.
@@ -324,7 +325,7 @@ func (e *Engine) direct(out []Action, a *advert) []Action {
 		s.issued, s.all = s.n, true
 		e.cur++
 		e.ss++
-		e.adverts.pop()
+		e.adverts.Pop()
 		e.stats.AdvertsUsed++
 		e.stats.TransfersDirect++
 		out = e.frame(out, 0, f)
@@ -342,7 +343,7 @@ func (e *Engine) direct(out []Action, a *advert) []Action {
 	e.stats.BytesDirect += uint64(n)
 	e.stats.TransfersDirect++
 	if !a.waitAll || a.filled == a.n {
-		e.adverts.pop()
+		e.adverts.Pop()
 		e.stats.AdvertsUsed++
 	}
 	return e.frame(out, 0, f)
@@ -357,7 +358,7 @@ func (e *Engine) indirect(out []Action) []Action {
 	f := Frame{Type: FrameIndirect, Phase: e.ps, Seq: e.ss, RingOff: uint32(e.wpos)}
 	var n int
 	if e.cfg.Type == SeqPacket {
-		s := e.sends.at(e.cur)
+		s := e.sends.At(e.cur)
 		n = min(room, s.n-s.issued)
 		if n > 0 {
 			out = e.write(out, WriteIndirect, s, s.issued, n, 0, 0, e.wpos)
@@ -408,8 +409,8 @@ func (e *Engine) indirectRoom() int {
 // sends become one transfer with a scatter/gather list (departure 4).
 func (e *Engine) gather(out []Action, k Kind, room int, rkey uint32, addr uint64, ringOff int) ([]Action, int) {
 	total := 0
-	for pieces := 0; room > 0 && e.cur < e.sends.len() && pieces < e.cfg.MaxGather; pieces++ {
-		s := e.sends.at(e.cur)
+	for pieces := 0; room > 0 && e.cur < e.sends.Len() && pieces < e.cfg.MaxGather; pieces++ {
+		s := e.sends.At(e.cur)
 		if s.all {
 			e.cur++
 			continue
@@ -430,7 +431,7 @@ func (e *Engine) gather(out []Action, k Kind, room int, rkey uint32, addr uint64
 // write emits one write from send s and records it, for its WriteDone.
 func (e *Engine) write(out []Action, k Kind, s *sendReq, off, n int, rkey uint32, addr uint64, ringOff int) []Action {
 	s.writes++
-	e.writes.push(s.no)
+	e.writes.Push(s.no)
 	a := Action{Kind: k, ID: s.id, Off: off, Len: n}
 	if k == WriteDirect {
 		a.RKey, a.Addr = rkey, addr

@@ -36,8 +36,8 @@ type State struct {
 // State returns a snapshot of the engine's protocol variables.
 func (e *Engine) State() State {
 	return State{
-		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.len(), Sends: e.sends.len(), Writes: e.writes.len(), Held: e.held, Paused: e.paused,
-		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.len(), PausedAt: e.pausedAt,
+		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.Len(), Sends: e.sends.Len(), Writes: e.writes.Len(), Held: e.held, Paused: e.paused,
+		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.Len(), PausedAt: e.pausedAt,
 		FrameCredits: e.fc, Owed: e.owed, FinSent: e.finSent, FinReceived: e.fin, Dead: e.dead, Gone: e.gone,
 	}
 }

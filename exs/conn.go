@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/internal/fifo"
 	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
@@ -106,7 +107,7 @@ type conn struct {
 	recvSGE   [1]verbs.SGE
 	wcs       []verbs.WC
 	acts      []dynproto.Action
-	backlog   actionFIFO // actions waiting for room in the send queue
+	backlog   fifo.Queue[dynproto.Action] // actions waiting for room in the send queue
 	cmds      []int32
 	shutOps   []int32
 	pending   error // a failure to handle at the next safe point
@@ -446,8 +447,8 @@ func (c *conn) apply() {
 func (c *conn) exec() {
 	for i := range c.acts {
 		a := &c.acts[i]
-		if c.backlog.len() > 0 || !c.do(a) {
-			c.backlog.push(*a)
+		if c.backlog.Len() > 0 || !c.do(a) {
+			c.backlog.Push(*a)
 		}
 	}
 	c.acts = c.acts[:0]
@@ -462,8 +463,8 @@ func (c *conn) exec() {
 
 // drainBacklog carries out waiting actions while there is room.
 func (c *conn) drainBacklog() {
-	for c.backlog.len() > 0 && c.do(c.backlog.peek()) {
-		c.backlog.pop()
+	for c.backlog.Len() > 0 && c.do(c.backlog.At(0)) {
+		c.backlog.Pop()
 	}
 	c.flush()
 }
@@ -610,7 +611,7 @@ func (c *conn) poll() bool {
 		c.onWC(&c.wcs[i])
 	}
 	c.exec()
-	if c.backlog.len() > 0 {
+	if c.backlog.Len() > 0 {
 		c.drainBacklog()
 		c.exec()
 	}
@@ -804,33 +805,4 @@ func (c *conn) spin() bool {
 		}
 	}
 	return true
-}
-
-// actionFIFO is a queue of actions whose storage is reused.
-type actionFIFO struct {
-	buf  []dynproto.Action
-	head int
-}
-
-func (q *actionFIFO) len() int { return len(q.buf) - q.head }
-
-func (q *actionFIFO) peek() *dynproto.Action { return &q.buf[q.head] }
-
-func (q *actionFIFO) push(a dynproto.Action) {
-	if q.head > 0 && len(q.buf) == cap(q.buf) {
-		n := copy(q.buf, q.buf[q.head:])
-		clear(q.buf[n:])
-		q.buf = q.buf[:n]
-		q.head = 0
-	}
-	q.buf = append(q.buf, a)
-}
-
-func (q *actionFIFO) pop() {
-	q.buf[q.head] = dynproto.Action{}
-	q.head++
-	if q.head == len(q.buf) {
-		q.buf = q.buf[:0]
-		q.head = 0
-	}
 }
