@@ -887,6 +887,222 @@ func TestHostileRecords(t *testing.T) {
 	}
 }
 
+// linkOf returns the victim's link serving its queue pair qp.
+func (v *victim) linkOf(t testing.TB, qp *verbs.QP) *link {
+	t.Helper()
+	v.p.mu.Lock()
+	defer v.p.mu.Unlock()
+	for l := range v.p.links {
+		if l.ep.QPNum() == qp.Num() {
+			return l
+		}
+	}
+	t.Fatalf("no link serves queue pair %d", qp.Num())
+	return nil
+}
+
+// pending returns the records a link holds for want of room in its
+// response ring, and the bytes of READ data among them.
+func (l *link) pending() (records, bytes int) {
+	l.tx.Lock()
+	defer l.tx.Unlock()
+	for _, it := range l.tx.pendResp.q[l.tx.pendResp.head:] {
+		records++
+		bytes += len(it.data)
+	}
+	return records, bytes
+}
+
+// TestHostileFloods floods the victim with valid requests while never
+// reading its response ring: what the victim holds for the raw peer stays
+// bounded (one acknowledgement; at most one READ's data), the request ring
+// stops taking more, and once the raw peer reads again every request is
+// answered. A flood of SENDs with no RECV posted under RNRWait is held,
+// bounded by the ring, until RECVs come.
+func TestHostileFloods(t *testing.T) {
+	v := newVictim(t)
+	w, ro := v.w.mr, v.ro.mr
+	flood := func(t *testing.T, r *raw, d time.Duration, mk func(id uint32) []byte) (sent int) {
+		t.Helper()
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			for r.tryPut(mk(r.id)) {
+				r.id++
+				sent++
+			}
+			r.l.peer.ringAlways()
+			time.Sleep(100 * time.Microsecond)
+		}
+		return sent
+	}
+	// drain reads the victim's responses until the acknowledgement of
+	// id, and returns the READ data bytes among them.
+	drain := func(t *testing.T, r *raw, id uint32) (data int) {
+		t.Helper()
+		for {
+			for _, x := range r.responses(t, 1) {
+				switch x.typ {
+				case recRData:
+					data += len(x.data)
+				case recAck:
+					if x.id == id {
+						return data
+					}
+				default:
+					t.Fatalf("the victim answered %v", x)
+				}
+			}
+		}
+	}
+
+	t.Run("Writes", func(t *testing.T) {
+		r, a := v.attack(t, rawOpts{})
+		l := v.linkOf(t, a.qp)
+		// Until the victim's response ring is full of acknowledgements,
+		// then as long again.
+		mk := func(id uint32) []byte {
+			return reqRec(verbs.OpWrite, modeInline, 0, id, uint32(w.RKey()), w.Addr()+8*uint64(id%500), 8, []byte("floodfld"))
+		}
+		start, sent := time.Now(), 0
+		resp := r.l.rx.respIn.r
+		for resp.ctl.tail.Load()+2*respHdr <= resp.size {
+			if time.Since(start) > hostileTimeout {
+				t.Fatal("the victim's response ring does not fill up")
+			}
+			sent += flood(t, r, time.Millisecond, mk)
+		}
+		sent += flood(t, r, time.Since(start), mk)
+		recs, _ := l.pending()
+		t.Logf("%d WRITEs sent, %d records pending at the victim", sent, recs)
+		if recs > 2 {
+			t.Errorf("the victim holds %d records for a peer that does not read them", recs)
+		}
+		for i := range 500 {
+			v.w.expect(8*i, []byte("floodfld"))
+		}
+		drain(t, r, r.id-1)
+		if a.qp.State() != verbs.StateReadyToSend {
+			t.Errorf("the victim's end is %v: %v", a.qp.State(), a.qp.Err())
+		}
+		r.close()
+		v.settled(t)
+		v.after(t)
+	})
+
+	t.Run("Reads", func(t *testing.T) {
+		r, a := v.attack(t, rawOpts{})
+		l := v.linkOf(t, a.qp)
+		const n = 4096
+		sent := flood(t, r, 200*time.Millisecond, func(id uint32) []byte {
+			return reqRec(verbs.OpRead, modeRData, 0, id, uint32(ro.RKey()), ro.Addr(), n, nil)
+		})
+		recs, held := l.pending()
+		t.Logf("%d READs of %d bytes sent, %d records and %d bytes pending at the victim", sent, n, recs, held)
+		if held > 2*n {
+			t.Errorf("the victim holds %d bytes of READ data for a peer that does not read them", held)
+		}
+		if got := drain(t, r, r.id-1); got != sent*n {
+			t.Errorf("%d bytes of READ data came back, want %d", got, sent*n)
+		}
+		r.close()
+		v.settled(t)
+		v.after(t)
+	})
+
+	t.Run("WritesAfterTerm", func(t *testing.T) {
+		// The raw peer stops the victim taking requests (READs whose
+		// data fill the response ring it does not read), fills its
+		// request ring with WRITEs, sends a TERM of a plain disconnect
+		// (after which the victim delivers what the ring holds,
+		// whatever waits for room), and then keeps the ring full of
+		// WRITEs behind what the victim placed (the victim does not
+		// publish its progress meanwhile): the victim delivers at most
+		// a ring's worth, and ends the connection.
+		r, a := v.attack(t, rawOpts{})
+		l := v.linkOf(t, a.qp)
+		p := &r.l.tx.reqOut
+		const recLen = 64 // every record, READs with a pad after them
+		slots := uint64(p.r.size / recLen)
+		read := append(reqRec(verbs.OpRead, modeRData, 0, 0, uint32(ro.RKey()), ro.Addr(), 4096, nil), rec(recPad, 0, make([]byte, recLen-reqHdr-recHdr))...)
+		for deadline := time.Now().Add(hostileTimeout); !l.respPend.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the victim's response ring does not fill up")
+			}
+			if r.tryPut(read) {
+				r.l.peer.ringAlways()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		// Each WRITE puts its count at the region's start.
+		clear(v.w.region()[:8])
+		placed := func() uint64 { return binary.LittleEndian.Uint64(v.w.region()[:8]) }
+		sent, most := uint64(0), 8*slots
+		write := func() []byte {
+			b := make([]byte, 24)
+			binary.LittleEndian.PutUint64(b, sent+1)
+			return reqRec(verbs.OpWrite, modeInline, 0, uint32(sent), uint32(w.RKey()), w.Addr(), 24, b)
+		}
+		for r.tryPut(write()) {
+			sent++
+		}
+		if placed() != 0 {
+			t.Fatalf("the victim placed %d WRITEs while it held a response", placed())
+		}
+		r.put(t, true, respRec(recTerm, termDisconnect, 0, []byte("bye")))
+		last, stalled := uint64(0), time.Now()
+		for sent < most && time.Since(stalled) < 200*time.Millisecond {
+			if k := placed(); k != last {
+				last, stalled = k, time.Now()
+			}
+			// Records the victim has read may be written over: the
+			// one it is at (last) must stay.
+			for last > 0 && sent < min(last-1+slots, most) {
+				copy(p.r.data[p.tail&(p.r.size-1):], write())
+				p.tail += recLen
+				sent++
+			}
+			p.r.ctl.tail.Store(p.tail)
+			r.l.peer.ringAlways()
+		}
+		t.Logf("%d WRITEs written, %d placed after the TERM (the ring holds %d)", sent, placed(), slots)
+		if placed() > slots {
+			t.Errorf("the victim placed %d WRITEs after the TERM, more than the ring holds (%d)", placed(), slots)
+		}
+		if err := terminated(t, a); !errors.Is(err, verbs.ErrDisconnected) {
+			t.Errorf("the victim's queue pair failed with %v, want %v", err, verbs.ErrDisconnected)
+		}
+		v.w.want = bytes.Clone(v.w.buf) // the WRITEs placed
+		r.close()
+		v.settled(t)
+		v.after(t)
+	})
+
+	t.Run("SendsWithoutRecv", func(t *testing.T) {
+		r, a := v.attack(t, rawOpts{rnr: verbs.RNRWait})
+		l := v.linkOf(t, a.qp)
+		sent := flood(t, r, 50*time.Millisecond, func(id uint32) []byte {
+			return reqRec(verbs.OpSend, modeInline, 0, id, 0, 0, 8, []byte("sendsend"))
+		})
+		for deadline := time.Now().Add(hostileTimeout); l.me.sleeping.Load() != sleepNormal; {
+			if time.Now().After(deadline) {
+				t.Fatal("the victim's receiver does not sleep while it holds a SEND")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("%d SENDs fit in the ring before the victim posted a RECV", sent)
+		for range sent {
+			if err := a.qp.PostRecv(verbs.RecvWR{SGL: []verbs.SGE{v.rbuf.mr.SGE(0, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v.rbuf.expect(0, []byte("sendsend"))
+		drain(t, r, r.id-1)
+		r.close()
+		v.settled(t)
+		v.after(t)
+	})
+}
+
 // TestHostileResponses answers the victim's own messages with forged
 // responses: an acknowledgement beyond what it sent, an outcome for a
 // message that is not the oldest, READ data for another id or more of it

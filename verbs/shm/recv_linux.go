@@ -75,19 +75,24 @@ func (l *link) poll() bool {
 	if l.rx.held && l.recvPosted.Swap(false) {
 		l.rx.held = false
 	}
-	if !l.rx.held && !l.rx.stopped && l.rx.reqIn.ready() {
+	if l.takesReqs() && l.rx.reqIn.ready() {
 		l.processReq()
 		work = true
 	}
 	return work
 }
 
+// takesReqs reports whether the receiver takes the peer's requests now:
+// none is held for want of a RECV, the connection has not failed, and no
+// response waits for room in the response ring (emitLocked).
+func (l *link) takesReqs() bool { return !l.rx.held && !l.rx.stopped && !l.respPend.Load() }
+
 // sleep blocks on the bell until something may have changed.
 func (l *link) sleep() {
 	l.me.sleeping.Store(sleepNormal)
 	v := l.me.bell.Load()
 	if !l.stop.Load() && !l.peerGone.Load() && !l.rx.respIn.ready() &&
-		(l.rx.held || l.rx.stopped || !l.rx.reqIn.ready()) &&
+		(!l.takesReqs() || !l.rx.reqIn.ready()) &&
 		!(l.rx.held && l.recvPosted.Load()) && !l.pumpIfPending() {
 		l.st.wakes.Add(1)
 		sleepOn(&l.me.bell, v, int64(sleepCap))
@@ -165,10 +170,14 @@ func (l *link) processResp() {
 // posted them before it went, and verbs lets work in flight at a
 // disconnect arrive. A protocol whose last messages are small SENDs (an
 // acknowledgement posted just before a close) then has them arrive, rather
-// than lost to the order in which this side reads its two rings.
+// than lost to the order in which this side reads its two rings. It
+// delivers them whatever waits for room in the response ring (the peer is
+// going), and at most a ring's worth: a peer that goes on writing requests
+// after its TERM does not keep the receiver here.
 func (l *link) deliverBeforeTerm() {
 	defer l.publishIn(&l.rx.reqIn)
-	for !l.rx.held && !l.rx.stopped {
+	end := l.rx.reqIn.head + l.rx.reqIn.r.size
+	for !l.rx.held && !l.rx.stopped && l.rx.reqIn.head < end {
 		rec, err := l.rx.reqIn.peek()
 		if err != nil || rec == nil || len(rec) < reqHdr || rec[4] != recReq || rec[6] != modeInline ||
 			binary.LittleEndian.Uint64(rec[32:]) > uint64(len(rec)-reqHdr) {
@@ -260,6 +269,9 @@ func (l *link) readData(id uint32, b []byte) error {
 func (l *link) processReq() {
 	defer l.publishIn(&l.rx.reqIn)
 	for range 64 {
+		if l.respPend.Load() {
+			break
+		}
 		rec, err := l.rx.reqIn.peek()
 		if err != nil {
 			l.fail(err)
