@@ -277,13 +277,7 @@ func (l *link) processReq() {
 			l.fail(err)
 			break
 		}
-		if rec == nil || rec[4] != recReq || len(rec) < reqHdr {
-			if rec != nil {
-				l.fail(errCorrupt)
-			}
-			break
-		}
-		if !l.deliver(rec) {
+		if rec == nil || !l.deliver(rec) {
 			break
 		}
 	}
@@ -299,31 +293,24 @@ func (l *link) processReq() {
 // deliver hands one request to the endpoint and reports whether the
 // receiver may go on with the next.
 func (l *link) deliver(rec []byte) bool {
-	op := verbs.Opcode(rec[5])
-	mode, nseg := rec[6], int(rec[7])
-	id := binary.LittleEndian.Uint32(rec[8:])
-	n := binary.LittleEndian.Uint64(rec[32:])
-	if n > verbs.MaxMessage {
-		l.fail(errCorrupt)
-		return false
+	h, err := parseReqHdr(rec)
+	if err == nil {
+		err = l.rx.rd.reset(h.op, h.mode, rec, h.n, h.nseg)
 	}
-	l.rx.tm = verbs.Message{
-		Op: op, Imm: binary.LittleEndian.Uint32(rec[12:]),
-		RKey: mreg.Key(binary.LittleEndian.Uint32(rec[16:])), RAddr: binary.LittleEndian.Uint64(rec[24:]),
-		Len: int(n),
-	}
-	if err := l.rx.rd.reset(op, mode, rec, int(n), nseg); err != nil {
+	if err != nil {
 		l.fail(err)
 		return false
 	}
+	op, id := h.op, h.id
+	l.rx.tm = verbs.Message{Op: op, Imm: h.imm, RKey: h.rkey, RAddr: h.raddr, Len: h.n}
 	if op == verbs.OpRead {
-		l.rx.sk.reset(mode, id, l.rx.rd.iov, int(n))
+		l.rx.sk.reset(h.mode, id, l.rx.rd.iov, h.n)
 		l.rx.tm.Sink = &l.rx.sk
 	} else {
 		l.rx.tm.Payload = &l.rx.rd
 	}
 	l.delivering.Store(true)
-	err := l.ep.Deliver(&l.rx.tm)
+	err = l.ep.Deliver(&l.rx.tm)
 	if err == nil && l.rx.rd.rem > 0 && op != verbs.OpRead {
 		err = l.rx.rd.discard()
 	}
@@ -361,4 +348,36 @@ func (l *link) deliver(rec []byte) bool {
 		l.peer.ring()
 	}
 	return goOn
+}
+
+// reqFields are the header fields of a request record.
+type reqFields struct {
+	op    verbs.Opcode
+	mode  byte // modeInline, modeIov, modeRData (checked by payloadReader.reset)
+	nseg  int  // iovecs in the body (modeIov)
+	id    uint32
+	imm   uint32
+	rkey  mreg.Key
+	raddr uint64
+	n     int // bytes sent, written or read: at most verbs.MaxMessage
+}
+
+// parseReqHdr decodes the header of a request record, as peek returned
+// it. It returns errCorrupt for a record that is not a request, is
+// shorter than the header, or says more than verbs.MaxMessage bytes;
+// payloadReader.reset checks the body against the header.
+func parseReqHdr(rec []byte) (reqFields, error) {
+	if len(rec) < reqHdr || rec[4] != recReq {
+		return reqFields{}, errCorrupt
+	}
+	n := binary.LittleEndian.Uint64(rec[32:])
+	if n > verbs.MaxMessage {
+		return reqFields{}, errCorrupt
+	}
+	return reqFields{
+		op: verbs.Opcode(rec[5]), mode: rec[6], nseg: int(rec[7]),
+		id: binary.LittleEndian.Uint32(rec[8:]), imm: binary.LittleEndian.Uint32(rec[12:]),
+		rkey: mreg.Key(binary.LittleEndian.Uint32(rec[16:])), raddr: binary.LittleEndian.Uint64(rec[24:]),
+		n: int(n),
+	}, nil
 }
