@@ -231,10 +231,7 @@ func (l *link) flushArenaMsgs() {
 // held.
 func (l *link) writeArenaMsg(m arenaMsg) error {
 	var b [arenaMsgLen]byte
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	b[4] = m.kind
-	binary.LittleEndian.PutUint32(b[8:], m.id)
-	binary.LittleEndian.PutUint64(b[16:], m.size)
+	putArenaMsg(b[:], m)
 	var oob []byte
 	if m.fd >= 0 {
 		oob = unix.UnixRights(m.fd)
@@ -249,16 +246,13 @@ func (l *link) writeArenaMsg(m arenaMsg) error {
 // to drop. Anything else is ignored; received descriptors are closed.
 func (l *link) onArenaMsg(b []byte, fds []int) {
 	defer closeFDs(fds)
-	if len(b) != arenaMsgLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+	msg, ok := parseArenaMsg(b, len(fds))
+	if !ok {
 		return
 	}
-	id := binary.LittleEndian.Uint32(b[8:])
-	size := binary.LittleEndian.Uint64(b[16:])
-	switch b[4] {
+	id, size := msg.id, msg.size
+	switch msg.kind {
 	case arenaAdd:
-		if id == 0 || len(fds) != 1 || size == 0 || size > maxArena || size%pageSize != 0 {
-			return
-		}
 		// Refused before it is mapped, and checked again after (the
 		// link may have died meanwhile).
 		l.tx.Lock()
@@ -290,6 +284,37 @@ func (l *link) onArenaMsg(b []byte, fds []int) {
 			unix.Munmap(m)
 		}
 	}
+}
+
+// putArenaMsg encodes an arena message (not its descriptor) into b,
+// arenaMsgLen bytes.
+func putArenaMsg(b []byte, m arenaMsg) {
+	clear(b[:arenaMsgLen])
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	b[4] = m.kind
+	binary.LittleEndian.PutUint32(b[8:], m.id)
+	binary.LittleEndian.PutUint64(b[16:], m.size)
+}
+
+// parseArenaMsg decodes a message of the peer's socket that came with
+// nfds descriptors, and reports whether it is an arena message to act on:
+// arenaAdd of a nonzero id and a size of whole pages up to maxArena, with
+// exactly one descriptor, or arenaDrop. The fd of the result is -1.
+func parseArenaMsg(b []byte, nfds int) (arenaMsg, bool) {
+	if len(b) != arenaMsgLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+		return arenaMsg{}, false
+	}
+	m := arenaMsg{kind: b[4], id: binary.LittleEndian.Uint32(b[8:]), size: binary.LittleEndian.Uint64(b[16:]), fd: -1}
+	switch m.kind {
+	case arenaAdd:
+		if m.id == 0 || nfds != 1 || m.size == 0 || m.size > maxArena || m.size%pageSize != 0 {
+			return arenaMsg{}, false
+		}
+	case arenaDrop:
+	default:
+		return arenaMsg{}, false
+	}
+	return m, true
 }
 
 // mayMapLocked reports whether the peer's arena id of size bytes may be
@@ -328,7 +353,14 @@ func (l *link) arenaSpanLocked(e *entry, ri verbs.RegionInfo, raddr uint64, n in
 	if a == nil {
 		return nil, false
 	}
-	off := e.arenaOff.Load()
+	return arenaSpan(a, e.arenaOff.Load(), ri, raddr, n)
+}
+
+// arenaSpan returns the n bytes at raddr of the region ri, which the
+// peer's entry says starts at offset off of the arena mapped here as a,
+// or false if the region does not fit in a. ri has passed Check for raddr
+// and n: they lie in the region.
+func arenaSpan(a []byte, off uint64, ri verbs.RegionInfo, raddr uint64, n int) ([]byte, bool) {
 	if off > uint64(len(a)) || ri.Len > uint64(len(a))-off {
 		return nil, false
 	}

@@ -117,6 +117,7 @@ type link struct {
 	}
 
 	hasPend    atomic.Bool  // tx.pendReq or tx.pendResp is not empty
+	respPend   atomic.Bool  // tx.pendResp is not empty: the receiver takes no requests
 	delivering atomic.Bool  // the receiver is inside Endpoint.Deliver
 	stop       atomic.Bool  // the receiver is to stop
 	peerGone   atomic.Bool  // the socket closed: the peer process ended or closed

@@ -39,6 +39,18 @@
 // Addresses have the form "shm:PATH", PATH being the Unix-socket path the
 // listener binds.
 //
+// Who may connect: by default only processes of this process's user. Both
+// sides learn the other's credentials from the kernel (SO_PEERCRED, as
+// they were when the peer connected or listened), never from a message:
+// a listener refuses a request from a process of another user before it
+// sends anything but the refusal, and the request never reaches Accept;
+// a dialer refuses a listener of another user before it sends anything.
+// Both fail the dial with an error wrapping syscall.EACCES (and so
+// os.ErrPermission). WithAllowUIDs admits more users, WithPeerCheck
+// replaces the rule. The socket file's permissions are a first gate (a
+// process needs write permission on it to connect); the check holds
+// whatever they are.
+//
 // The provider is built on Linux only; elsewhere Listen and Dial fail.
 package shm
 
@@ -92,7 +104,9 @@ type options struct {
 	noCMA     bool
 	reqRing   uint64
 	respRing  uint64
-	peerArena uint64 // bytes of the peer's arenas mapped per connection
+	peerArena uint64                 // bytes of the peer's arenas mapped per connection
+	allowUIDs []int                  // users admitted besides this process's
+	peerCheck func(verbs.Cred) error // replaces the rule on users if set
 }
 
 // newOptions applies opts to the defaults.
@@ -109,6 +123,9 @@ func newOptions(opts []Option) (options, error) {
 		if err := f(&o); err != nil {
 			return options{}, err
 		}
+	}
+	if o.peerCheck != nil && len(o.allowUIDs) > 0 {
+		return options{}, fmt.Errorf("shm: WithPeerCheck and WithAllowUIDs together: %w", verbs.ErrInvalid)
 	}
 	return o, nil
 }
@@ -193,6 +210,47 @@ func WithPeerArenaLimit(n int64) Option {
 			return invalid("peer arena limit", n)
 		}
 		o.peerArena = uint64(n)
+		return nil
+	}
+}
+
+// WithAllowUIDs admits processes running as the users uids (their
+// effective user ids, as SO_PEERCRED reports them) besides this process's
+// own user: a listener accepts their requests and a dialer connects to
+// their listeners. Given several times, the lists add up. A negative uid
+// is invalid; so is the option together with WithPeerCheck.
+//
+// Admit only users trusted as much as this process's own: a peer writes
+// into the connection's shared mapping and, with cross-memory attach
+// (which the kernel allows only where ptrace would be), into the memory
+// the application registers for remote access.
+func WithAllowUIDs(uids ...int) Option {
+	return func(o *options) error {
+		for _, u := range uids {
+			if u < 0 {
+				return invalid("uid", u)
+			}
+		}
+		o.allowUIDs = append(o.allowUIDs, uids...)
+		return nil
+	}
+}
+
+// WithPeerCheck replaces the rule on who may connect: check is given the
+// peer process's credentials, as the kernel reports them (SO_PEERCRED:
+// for a listener the dialing process, for a dialer the listening one),
+// and admits the peer by returning nil. A peer it refuses is treated as
+// one of another user by the default rule (see the package
+// documentation); the dial fails with an error wrapping syscall.EACCES
+// and the check's error. check is called from the goroutine of each
+// rendezvous, possibly concurrently, and must not block for long. A nil
+// check is invalid; so is the option together with WithAllowUIDs.
+func WithPeerCheck(check func(verbs.Cred) error) Option {
+	return func(o *options) error {
+		if check == nil {
+			return invalid("peer check", "nil")
+		}
+		o.peerCheck = check
 		return nil
 	}
 }

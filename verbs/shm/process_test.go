@@ -66,6 +66,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(receiverEnv); addr != "" {
 		os.Exit(receiverMain(addr))
 	}
+	if spec := os.Getenv(credChildEnv); spec != "" {
+		os.Exit(credChildMain(spec))
+	}
 	verbstest.PeerProcessMain(func() verbs.Provider { return modeProvider(os.Getenv(modeEnv)) })
 	os.Exit(m.Run())
 }

@@ -64,19 +64,24 @@ func (l *link) poll() bool {
 	if l.rx.held && l.recvPosted.Swap(false) {
 		l.rx.held = false
 	}
-	if !l.rx.held && !l.rx.stopped && l.rx.reqIn.ready() {
+	if l.takesReqs() && l.rx.reqIn.ready() {
 		l.processReq()
 		work = true
 	}
 	return work
 }
 
+// takesReqs reports whether the receiver takes the peer's requests now:
+// none is held for want of a RECV, the connection has not failed, and no
+// response waits for room in the response ring (emitLocked).
+func (l *link) takesReqs() bool { return !l.rx.held && !l.rx.stopped && !l.respPend.Load() }
+
 // sleep blocks on the bell until something may have changed.
 func (l *link) sleep() {
 	l.me.sleeping.Store(sleepNormal)
 	v := l.me.bell.Load()
 	if !l.stop.Load() && !l.peerGone.Load() && !l.rx.respIn.ready() &&
-		(l.rx.held || l.rx.stopped || !l.rx.reqIn.ready()) &&
+		(!l.takesReqs() || !l.rx.reqIn.ready()) &&
 		!(l.rx.held && l.recvPosted.Load()) && !l.pumpIfPending() {
 		l.st.wakes.Add(1)
 		sleepOn(&l.me.bell, v, int64(sleepCap))
@@ -154,10 +159,14 @@ func (l *link) processResp() {
 // posted them before it went, and verbs lets work in flight at a
 // disconnect arrive. A protocol whose last messages are small SENDs (an
 // acknowledgement posted just before a close) then has them arrive, rather
-// than lost to the order in which this side reads its two rings.
+// than lost to the order in which this side reads its two rings. It
+// delivers them whatever waits for room in the response ring (the peer is
+// going), and at most a ring's worth: a peer that goes on writing requests
+// after its TERM does not keep the receiver here.
 func (l *link) deliverBeforeTerm() {
 	defer l.publishIn(&l.rx.reqIn)
-	for !l.rx.held && !l.rx.stopped {
+	end := l.rx.reqIn.head + l.rx.reqIn.r.size
+	for !l.rx.held && !l.rx.stopped && l.rx.reqIn.head < end {
 		rec, err := l.rx.reqIn.peek()
 		if err != nil || rec == nil || len(rec) < reqHdr || rec[4] != recReq || rec[6] != modeInline ||
 			binary.LittleEndian.Uint64(rec[32:]) > uint64(len(rec)-reqHdr) {
@@ -249,18 +258,15 @@ func (l *link) readData(id uint32, b []byte) error {
 func (l *link) processReq() {
 	defer l.publishIn(&l.rx.reqIn)
 	for range 64 {
+		if l.respPend.Load() {
+			break
+		}
 		rec, err := l.rx.reqIn.peek()
 		if err != nil {
 			l.fail(err)
 			break
 		}
-		if rec == nil || rec[4] != recReq || len(rec) < reqHdr {
-			if rec != nil {
-				l.fail(errCorrupt)
-			}
-			break
-		}
-		if !l.deliver(rec) {
+		if rec == nil || !l.deliver(rec) {
 			break
 		}
 	}
@@ -276,31 +282,24 @@ func (l *link) processReq() {
 // deliver hands one request to the endpoint and reports whether the
 // receiver may go on with the next.
 func (l *link) deliver(rec []byte) bool {
-	op := verbs.Opcode(rec[5])
-	mode, nseg := rec[6], int(rec[7])
-	id := binary.LittleEndian.Uint32(rec[8:])
-	n := binary.LittleEndian.Uint64(rec[32:])
-	if n > verbs.MaxMessage {
-		l.fail(errCorrupt)
-		return false
+	h, err := parseReqHdr(rec)
+	if err == nil {
+		err = l.rx.rd.reset(h.op, h.mode, rec, h.n, h.nseg)
 	}
-	l.rx.tm = verbs.Message{
-		Op: op, Imm: binary.LittleEndian.Uint32(rec[12:]),
-		RKey: mreg.Key(binary.LittleEndian.Uint32(rec[16:])), RAddr: binary.LittleEndian.Uint64(rec[24:]),
-		Len: int(n),
-	}
-	if err := l.rx.rd.reset(op, mode, rec, int(n), nseg); err != nil {
+	if err != nil {
 		l.fail(err)
 		return false
 	}
+	op, id := h.op, h.id
+	l.rx.tm = verbs.Message{Op: op, Imm: h.imm, RKey: h.rkey, RAddr: h.raddr, Len: h.n}
 	if op == verbs.OpRead {
-		l.rx.sk.reset(mode, id, l.rx.rd.iov, int(n))
+		l.rx.sk.reset(h.mode, id, l.rx.rd.iov, h.n)
 		l.rx.tm.Sink = &l.rx.sk
 	} else {
 		l.rx.tm.Payload = &l.rx.rd
 	}
 	l.delivering.Store(true)
-	err := l.ep.Deliver(&l.rx.tm)
+	err = l.ep.Deliver(&l.rx.tm)
 	if err == nil && l.rx.rd.rem > 0 && op != verbs.OpRead {
 		err = l.rx.rd.discard()
 	}
@@ -338,4 +337,36 @@ func (l *link) deliver(rec []byte) bool {
 		l.peer.ring()
 	}
 	return goOn
+}
+
+// reqFields are the header fields of a request record.
+type reqFields struct {
+	op    verbs.Opcode
+	mode  byte // modeInline, modeIov, modeRData (checked by payloadReader.reset)
+	nseg  int  // iovecs in the body (modeIov)
+	id    uint32
+	imm   uint32
+	rkey  mreg.Key
+	raddr uint64
+	n     int // bytes sent, written or read: at most verbs.MaxMessage
+}
+
+// parseReqHdr decodes the header of a request record, as peek returned
+// it. It returns errCorrupt for a record that is not a request, is
+// shorter than the header, or says more than verbs.MaxMessage bytes;
+// payloadReader.reset checks the body against the header.
+func parseReqHdr(rec []byte) (reqFields, error) {
+	if len(rec) < reqHdr || rec[4] != recReq {
+		return reqFields{}, errCorrupt
+	}
+	n := binary.LittleEndian.Uint64(rec[32:])
+	if n > verbs.MaxMessage {
+		return reqFields{}, errCorrupt
+	}
+	return reqFields{
+		op: verbs.Opcode(rec[5]), mode: rec[6], nseg: int(rec[7]),
+		id: binary.LittleEndian.Uint32(rec[8:]), imm: binary.LittleEndian.Uint32(rec[12:]),
+		rkey: mreg.Key(binary.LittleEndian.Uint32(rec[16:])), raddr: binary.LittleEndian.Uint64(rec[24:]),
+		n: int(n),
+	}, nil
 }

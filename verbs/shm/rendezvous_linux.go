@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +31,9 @@ const handshakeTimeout = 10 * time.Second
 //
 //	hello   listener to dialer: magic u32, version u16, 0 u16, probe
 //	        address u64, probe value u64
+//	refusal listener to dialer, instead of the hello, to a dialer whose
+//	        credentials it refuses (checkPeer): magic u32, version u16,
+//	        1 u16; the listener then closes the socket
 //	request dialer to listener, with the memfd: magic u32, version u16,
 //	        RNR policy u8, cross-memory attach works u8, probe address u64,
 //	        probe value u64, request ring size u64, response ring size u64,
@@ -40,6 +44,8 @@ const handshakeTimeout = 10 * time.Second
 const (
 	msgMagic     = 0x68736578 // "exsh"
 	helloLen     = 24
+	refusalLen   = 8
+	helloRefused = 1 // in the hello's third field
 	requestLen   = 50
 	replyLen     = 10
 	replyAccept  = 1
@@ -93,6 +99,24 @@ func peerCred(c *net.UnixConn) (verbs.Cred, error) {
 		return verbs.Cred{}, cerr
 	}
 	return verbs.Cred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
+}
+
+// checkPeer applies the rule on who may connect (WithAllowUIDs,
+// WithPeerCheck) to the credentials of the process at the other end of a
+// socket: peer is "dialer" or "listener". It returns an error wrapping
+// syscall.EACCES if the peer is refused.
+func (p *Provider) checkPeer(cred verbs.Cred, peer string) error {
+	if p.opts.peerCheck != nil {
+		if err := p.opts.peerCheck(cred); err != nil {
+			return fmt.Errorf("shm: %s process %d (uid %d) refused: %w: %w", peer, cred.PID, cred.UID, syscall.EACCES, err)
+		}
+		return nil
+	}
+	if uid := os.Geteuid(); cred.UID != uid && !slices.Contains(p.opts.allowUIDs, cred.UID) {
+		return fmt.Errorf("shm: %s process %d runs as uid %d, not as this process's %d nor an allowed one: %w",
+			peer, cred.PID, cred.UID, uid, syscall.EACCES)
+	}
+	return nil
 }
 
 // Listen binds a Unix socket at the path of addr ("shm:PATH"). It returns
@@ -234,6 +258,11 @@ func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var b [maxHandshake]byte
+	if err := p.checkPeer(cred, "dialing"); err != nil {
+		c.Write(b[:putRefusal(b[:])])
+		return nil, err
+	}
 	pid := cred.PID
 	// The pidfd first, then the probe (pidfd_linux.go).
 	pidfd, perr := peerPidfd(c, pid)
@@ -242,56 +271,163 @@ func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
 			unix.Close(pidfd)
 		}
 	}()
-	var b [maxHandshake]byte
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	binary.LittleEndian.PutUint16(b[4:], protoVersion)
-	binary.LittleEndian.PutUint16(b[6:], 0)
-	binary.LittleEndian.PutUint64(b[8:], p.probeAddr())
-	binary.LittleEndian.PutUint64(b[16:], p.probe[0])
-	if _, err := c.Write(b[:helloLen]); err != nil {
+	n := putHello(b[:], helloMsg{probeAddr: p.probeAddr(), probeVal: p.probe[0]})
+	if _, err := c.Write(b[:n]); err != nil {
 		return nil, err
 	}
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
 	fds := parseFDs(oob[:oobn])
-	if err != nil || n < requestLen || len(fds) != 1 ||
-		binary.LittleEndian.Uint32(b[0:]) != msgMagic || binary.LittleEndian.Uint16(b[4:]) != protoVersion {
+	if err == nil && len(fds) != 1 {
+		err = fmt.Errorf("shm: request with %d descriptors: %w", len(fds), errProtocol)
+	}
+	var req requestMsg
+	if err == nil {
+		req, err = parseRequest(b[:n])
+	}
+	if err != nil {
 		closeFDs(fds)
-		return nil, errProtocol
+		return nil, err
 	}
 	fd := fds[0]
 	defer unix.Close(fd)
-	reqSize, respSize := binary.LittleEndian.Uint64(b[24:]), binary.LittleEndian.Uint64(b[32:])
-	plen := int(binary.LittleEndian.Uint16(b[40:]))
-	rnr := verbs.RNRPolicy(b[6])
-	if !validRingSize(reqSize) || !validRingSize(respSize) || plen > verbs.MaxPrivateData || n != requestLen+plen ||
-		!validRNR(rnr) {
-		return nil, errProtocol
-	}
-	lo := newLayout(reqSize, respSize)
+	lo := newLayout(req.reqSize, req.respSize)
 	m, err := mapPeer(fd, lo.total)
 	if err != nil {
 		return nil, err
 	}
-	h := (*header)(unsafe.Pointer(&m[0]))
-	if h.magic != headerMagic || h.version != protoVersion || h.reqSize != reqSize || h.respSize != respSize {
+	if err := checkHeader(m, lo); err != nil {
 		unix.Munmap(m)
-		return nil, errProtocol
+		return nil, err
 	}
 	r = &request{
-		l: l, conn: c, m: m, lo: lo, pid: pid, cred: cred, pidfd: pidfd, peerRNR: rnr,
-		private: append([]byte(nil), b[requestLen:requestLen+plen]...),
+		l: l, conn: c, m: m, lo: lo, pid: pid, cred: cred, pidfd: pidfd, peerRNR: req.rnr,
+		private: append([]byte(nil), req.private...),
 	}
-	r.cmaErr = p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
+	r.cmaErr = p.probePeer(pid, req.probeAddr, req.probeVal)
 	if r.cmaErr == "" {
 		r.cmaErr = checkPeerProcess(pidfd, perr)
 	}
 	r.mineOK = r.cmaErr == ""
-	if r.mineOK && b[7] == 0 {
+	if r.mineOK && !req.cma {
 		r.cmaErr = "the peer cannot reach this process"
 	}
 	c.SetDeadline(time.Time{})
 	return r, nil
+}
+
+// helloMsg is the listener's hello, decoded.
+type helloMsg struct {
+	probeAddr, probeVal uint64 // the listener's probe word
+}
+
+// putHello encodes a hello into b (helloLen bytes at least) and returns
+// its length.
+func putHello(b []byte, m helloMsg) int {
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	binary.LittleEndian.PutUint16(b[4:], protoVersion)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint64(b[8:], m.probeAddr)
+	binary.LittleEndian.PutUint64(b[16:], m.probeVal)
+	return helloLen
+}
+
+// putRefusal encodes a refusal into b (refusalLen bytes at least) and
+// returns its length.
+func putRefusal(b []byte) int {
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	binary.LittleEndian.PutUint16(b[4:], protoVersion)
+	binary.LittleEndian.PutUint16(b[6:], helloRefused)
+	return refusalLen
+}
+
+// parseHello decodes the listener's first message: a hello, or a refusal
+// of this process's credentials, reported as an error wrapping
+// syscall.EACCES. Anything else is an error wrapping errProtocol.
+func parseHello(b []byte) (helloMsg, error) {
+	if len(b) < refusalLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+		return helloMsg{}, fmt.Errorf("shm: listener's hello of %d bytes without the magic number: %w", len(b), errProtocol)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != protoVersion {
+		return helloMsg{}, fmt.Errorf("shm: listener speaks version %d, not %d: %w", v, protoVersion, errProtocol)
+	}
+	code := binary.LittleEndian.Uint16(b[6:])
+	switch {
+	case len(b) == refusalLen && code == helloRefused:
+		return helloMsg{}, fmt.Errorf("shm: the listener refuses this process (uid %d): %w", os.Geteuid(), syscall.EACCES)
+	case len(b) != helloLen || code != 0:
+		return helloMsg{}, fmt.Errorf("shm: listener's hello of %d bytes, code %d: %w", len(b), code, errProtocol)
+	}
+	return helloMsg{probeAddr: binary.LittleEndian.Uint64(b[8:]), probeVal: binary.LittleEndian.Uint64(b[16:])}, nil
+}
+
+// requestMsg is the dialer's request, decoded (the memfd travels beside
+// it).
+type requestMsg struct {
+	rnr                 verbs.RNRPolicy // the dialer's policy
+	cma                 bool            // the dialer can reach the listener's memory
+	probeAddr, probeVal uint64          // the dialer's probe word
+	reqSize, respSize   uint64          // the rings' sizes
+	private             []byte          // a slice of the message
+}
+
+// putRequest encodes a request into b, which has room for requestLen +
+// verbs.MaxPrivateData bytes, and returns its length.
+func putRequest(b []byte, m requestMsg) int {
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	binary.LittleEndian.PutUint16(b[4:], protoVersion)
+	b[6], b[7] = byte(m.rnr), 0
+	if m.cma {
+		b[7] = 1
+	}
+	binary.LittleEndian.PutUint64(b[8:], m.probeAddr)
+	binary.LittleEndian.PutUint64(b[16:], m.probeVal)
+	binary.LittleEndian.PutUint64(b[24:], m.reqSize)
+	binary.LittleEndian.PutUint64(b[32:], m.respSize)
+	binary.LittleEndian.PutUint16(b[40:], uint16(len(m.private)))
+	clear(b[42:requestLen])
+	return requestLen + copy(b[requestLen:], m.private)
+}
+
+// parseRequest decodes the dialer's request: the magic number and version,
+// ring sizes the listener accepts (validRingSize), an RNR policy that
+// exists, at most verbs.MaxPrivateData bytes of private data, and a length
+// that is exactly that of the fields and the private data. Anything else is
+// an error wrapping errProtocol.
+func parseRequest(b []byte) (requestMsg, error) {
+	if len(b) < requestLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
+		return requestMsg{}, fmt.Errorf("shm: request of %d bytes without the magic number: %w", len(b), errProtocol)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != protoVersion {
+		return requestMsg{}, fmt.Errorf("shm: dialer speaks version %d, not %d: %w", v, protoVersion, errProtocol)
+	}
+	m := requestMsg{
+		rnr: verbs.RNRPolicy(b[6]), cma: b[7] != 0,
+		probeAddr: binary.LittleEndian.Uint64(b[8:]), probeVal: binary.LittleEndian.Uint64(b[16:]),
+		reqSize: binary.LittleEndian.Uint64(b[24:]), respSize: binary.LittleEndian.Uint64(b[32:]),
+	}
+	plen := int(binary.LittleEndian.Uint16(b[40:]))
+	switch {
+	case !validRingSize(m.reqSize) || !validRingSize(m.respSize):
+		return requestMsg{}, fmt.Errorf("shm: request for rings of %d and %d bytes: %w", m.reqSize, m.respSize, errProtocol)
+	case plen > verbs.MaxPrivateData || len(b) != requestLen+plen:
+		return requestMsg{}, fmt.Errorf("shm: request of %d bytes with %d bytes of private data: %w", len(b), plen, errProtocol)
+	case !validRNR(m.rnr):
+		return requestMsg{}, fmt.Errorf("shm: request with RNR policy %d: %w", b[6], errProtocol)
+	}
+	m.private = b[requestLen:]
+	return m, nil
+}
+
+// checkHeader checks the header of a mapping received from a dialer
+// against the request: the magic number, the version and the rings'
+// sizes.
+func checkHeader(m []byte, lo layout) error {
+	h := (*header)(unsafe.Pointer(&m[0]))
+	if h.magic != headerMagic || h.version != protoVersion || h.reqSize != lo.reqSize || h.respSize != lo.respSize {
+		return fmt.Errorf("shm: peer's mapping has a header that does not match the request: %w", errProtocol)
+	}
+	return nil
 }
 
 // validRNR reports whether a peer's message names an RNR policy.
@@ -478,6 +614,9 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 // dial runs the dialer's half of the rendezvous.
 func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*link, []byte, error) {
 	cred, err := peerCred(c)
+	if err == nil {
+		err = p.checkPeer(cred, "listening")
+	}
 	if err != nil {
 		c.Close()
 		return nil, nil, err
@@ -494,14 +633,14 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 	}
 	var b [maxHandshake]byte
 	n, err := c.Read(b[:])
-	if err != nil || n != helloLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic ||
-		binary.LittleEndian.Uint16(b[4:]) != protoVersion {
-		if err == nil {
-			err = errProtocol
-		}
+	var hello helloMsg
+	if err == nil {
+		hello, err = parseHello(b[:n])
+	}
+	if err != nil {
 		return fail(err)
 	}
-	cmaErr := p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
+	cmaErr := p.probePeer(pid, hello.probeAddr, hello.probeVal)
 	if cmaErr == "" {
 		cmaErr = checkPeerProcess(pidfd, perr)
 	}
@@ -522,20 +661,11 @@ func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*l
 	l.addrs = verbs.Peer{LocalAddr: fmt.Sprintf("%s@%d", Scheme, os.Getpid()), Cred: &cred}
 	p.addLink(l)
 
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	binary.LittleEndian.PutUint16(b[4:], protoVersion)
-	b[6], b[7] = byte(ep.RNR()), 0
-	if cmaErr == "" {
-		b[7] = 1
-	}
-	binary.LittleEndian.PutUint64(b[8:], p.probeAddr())
-	binary.LittleEndian.PutUint64(b[16:], p.probe[0])
-	binary.LittleEndian.PutUint64(b[24:], lo.reqSize)
-	binary.LittleEndian.PutUint64(b[32:], lo.respSize)
-	binary.LittleEndian.PutUint16(b[40:], uint16(len(private)))
-	clear(b[42:requestLen])
-	k := copy(b[requestLen:], private)
-	_, _, err = c.WriteMsgUnix(b[:requestLen+k], unix.UnixRights(fd), nil)
+	n = putRequest(b[:], requestMsg{
+		rnr: ep.RNR(), cma: cmaErr == "", probeAddr: p.probeAddr(), probeVal: p.probe[0],
+		reqSize: lo.reqSize, respSize: lo.respSize, private: private,
+	})
+	_, _, err = c.WriteMsgUnix(b[:n], unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
 		l.abandon()

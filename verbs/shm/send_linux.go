@@ -351,6 +351,11 @@ func (l *link) writeRespLocked(it *item) bool {
 }
 
 // emitLocked sends a response record, or queues it behind those waiting.
+// While one waits the receiver takes no more requests (respPend), so that
+// a peer that does not read its response ring makes this side hold at
+// most the answers to one request: an acknowledgement, an outcome, and
+// one READ's data (copied here, since the caller's bytes do not outlive
+// the call), and the peer's request ring fills up instead.
 func (l *link) emitLocked(it item) {
 	if l.tx.pendResp.empty() && l.writeRespLocked(&it) {
 		return
@@ -363,6 +368,7 @@ func (l *link) emitLocked(it item) {
 		it.data, it.off = d, 0
 	}
 	l.tx.pendResp.push(it)
+	l.respPend.Store(true)
 	l.stalledLocked()
 }
 
@@ -383,6 +389,12 @@ func (l *link) pumpLocked() bool {
 		l.tx.pendReq.pop()
 	}
 	progress := l.tx.reqOut.tail != reqTail || l.tx.respOut.tail != respTail
+	if l.tx.pendResp.empty() && l.respPend.Swap(false) {
+		// The receiver takes requests again: wake it if it went to
+		// sleep while it did not (this may run on another goroutine,
+		// after the peer made room without ringing this side's bell).
+		l.me.ring()
+	}
 	if l.tx.pendReq.empty() && l.tx.pendResp.empty() {
 		l.hasPend.Store(false)
 		l.me.wantSpace.Store(0)

@@ -70,19 +70,23 @@ func TestConformanceNoCMA(t *testing.T) {
 func TestOptionsInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opt  shm.Option
+		opts []shm.Option
 	}{
-		{"InlineMax", shm.WithInlineMax(-1)},
-		{"DirectMin", shm.WithDirectMin(-1)},
-		{"Spin", shm.WithSpin(-time.Nanosecond)},
-		{"RequestRing", shm.WithRingSizes(16<<10+1, 16<<10)},
-		{"RequestRingNegative", shm.WithRingSizes(-1, 16<<10)},
-		{"ResponseRingSmall", shm.WithRingSizes(16<<10, 8<<10)},
-		{"ResponseRingLarge", shm.WithRingSizes(16<<10, 128<<20)},
-		{"PeerArenaLimit", shm.WithPeerArenaLimit(-1)},
+		{"InlineMax", []shm.Option{shm.WithInlineMax(-1)}},
+		{"DirectMin", []shm.Option{shm.WithDirectMin(-1)}},
+		{"Spin", []shm.Option{shm.WithSpin(-time.Nanosecond)}},
+		{"RequestRing", []shm.Option{shm.WithRingSizes(16<<10+1, 16<<10)}},
+		{"RequestRingNegative", []shm.Option{shm.WithRingSizes(-1, 16<<10)}},
+		{"ResponseRingSmall", []shm.Option{shm.WithRingSizes(16<<10, 8<<10)}},
+		{"ResponseRingLarge", []shm.Option{shm.WithRingSizes(16<<10, 128<<20)}},
+		{"PeerArenaLimit", []shm.Option{shm.WithPeerArenaLimit(-1)}},
+		{"AllowUIDsNegative", []shm.Option{shm.WithAllowUIDs(1000, -1)}},
+		{"PeerCheckNil", []shm.Option{shm.WithPeerCheck(nil)}},
+		{"PeerCheckAndAllowUIDs", []shm.Option{shm.WithAllowUIDs(1000),
+			shm.WithPeerCheck(func(verbs.Cred) error { return nil })}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := shm.New(tc.opt)
+			p, err := shm.New(tc.opts...)
 			if !errors.Is(err, verbs.ErrInvalid) || p != nil {
 				t.Errorf("New = %v, %v; want nil and an error wrapping ErrInvalid", p, err)
 			}
