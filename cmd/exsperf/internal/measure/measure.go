@@ -92,6 +92,8 @@ type Result struct {
 
 	Note string // e.g. the congestion control a TCP run used
 
+	Latency time.Duration // a latency anchor's one-way latency (UCX tag_lat), else 0
+
 	Warmup   time.Duration // the warm-up this stream took
 	Unsteady bool          // it stopped at Params.MaxWarmup without a steady rate
 
