@@ -19,7 +19,8 @@ import (
 // one pair of ucx_perftest processes: the client runs n iterations after w
 // of warm-up and prints its figures as CSV (-v), which the point reads. n
 // is chosen so that the timed iterations last about the point's interval,
-// from the rate its previous round measured (the first round guesses), and
+// from the rate its previous round measured (the first round, from a short
+// probe of the rate), and
 // w so that the warm-up lasts about the point's warm-up. UCX times its
 // iterations itself; the processes' start and UCX's set-up are outside it.
 
@@ -111,17 +112,36 @@ type ucxFigures struct {
 	mibps float64 // overall bandwidth, MiB/s (UCX's MB are 2^20 bytes)
 }
 
-// Stream runs one pair of ucx_perftest processes for about warmup and d.
+// Stream runs one pair of ucx_perftest processes for about warmup and d
+// (the first round of a test and size after a probe of its rate).
 func (up *ucxPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	u, test, size := up.t.u, up.t.test, up.p.Size
 	key := test + "/" + strconv.Itoa(size)
 	rate := u.rates[key]
 	if rate == 0 {
-		rate = ucxGuess(test, size)
+		// ucx_perftest runs a number of iterations, not for a time: a
+		// guess wrong by a hundred times (a loaded machine, where UCX's
+		// polling processes crawl) would run for a hundred intervals. A
+		// probe of ucxProbe at the guessed rate measures the rate first.
+		n := max(100, int(ucxGuess(test, size)*ucxProbe.Seconds()))
+		if _, err := up.round(ctx, n, max(10, n/10), ucxProbe); err != nil {
+			return Result{}, err
+		}
+		rate = u.rates[key]
 	}
-	n := max(100, int(rate*d.Seconds()))
-	w := max(10, int(rate*warmup.Seconds()))
-	f, cmd, err := u.run(ctx, test, size, n, w)
+	return up.round(ctx, max(100, int(rate*d.Seconds())), max(10, int(rate*warmup.Seconds())), warmup+d)
+}
+
+// ucxProbe is how long a probe of the UCX anchor's rate lasts at the
+// guessed rate.
+const ucxProbe = 10 * time.Millisecond
+
+// round runs n iterations after w of warm-up, expected to last about
+// expect, and notes the rate they ran at, to size the next round.
+func (up *ucxPair) round(ctx context.Context, n, w int, expect time.Duration) (Result, error) {
+	u, test, size := up.t.u, up.t.test, up.p.Size
+	key := test + "/" + strconv.Itoa(size)
+	f, cmd, err := u.run(ctx, test, size, n, w, expect)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s: %w", cmd, err)
 	}
@@ -138,13 +158,14 @@ func (up *ucxPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 		}
 		r.Elapsed = time.Duration(float64(r.Bytes) / (f.mibps * (1 << 20)) * 1e9)
 	}
-	if r.Elapsed > 0 {
-		u.rates[key] = f.iters / r.Elapsed.Seconds()
+	if r.Elapsed <= 0 {
+		return Result{}, fmt.Errorf("%s: no time in its output", cmd)
 	}
+	u.rates[key] = f.iters / r.Elapsed.Seconds()
 	return r, nil
 }
 
-// ucxGuess is the iterations per second a first round of test assumes.
+// ucxGuess is the iterations per second a probe of test assumes.
 func ucxGuess(test string, size int) float64 {
 	if test == UCXTagLat {
 		return 300e3 // round trips of about 3 us
@@ -162,8 +183,10 @@ func ucxEnv() []string {
 // command line that ran them. A client started before its server listens
 // is refused a connection and started again, for up to u.ready; a server
 // that could not listen (its port taken meanwhile) is started again on
-// another port.
-func (u *UCX) run(ctx context.Context, test string, size, n, w int) (ucxFigures, string, error) {
+// another port. A run that lasts sixty times expect, and at least 30 s, is
+// stopped: a loaded machine can be a hundred times slower than a quiet one
+// for UCX's polling processes, and UCX times its own iterations.
+func (u *UCX) run(ctx context.Context, test string, size, n, w int, expect time.Duration) (ucxFigures, string, error) {
 	var errs []error
 	cmd := ""
 	for range 3 {
@@ -173,7 +196,7 @@ func (u *UCX) run(ctx context.Context, test string, size, n, w int) (ucxFigures,
 		}
 		args := []string{"127.0.0.1", "-p", port, "-t", test, "-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-w", strconv.Itoa(w), "-v"}
 		cmd = fmt.Sprintf("UCX_TLS=%s %s -p %s & UCX_TLS=%s %s %s", UCXTLS, UCXCommand, port, UCXTLS, UCXCommand, strings.Join(args, " "))
-		f, retry, err := u.runOnce(ctx, port, args)
+		f, retry, err := u.runOnce(ctx, port, args, max(30*time.Second, 60*expect))
 		if err == nil || !retry {
 			return f, cmd, err
 		}
@@ -184,10 +207,8 @@ func (u *UCX) run(ctx context.Context, test string, size, n, w int) (ucxFigures,
 
 // runOnce runs a server on port and the client with args; retry says that
 // the server did not run, so that another port may do.
-func (u *UCX) runOnce(ctx context.Context, port string, args []string) (f ucxFigures, retry bool, err error) {
-	// Generous: UCX times its own iterations, and a loaded machine can be
-	// a hundred times slower than a quiet one.
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+func (u *UCX) runOnce(ctx context.Context, port string, args []string, limit time.Duration) (f ucxFigures, retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	srv := exec.CommandContext(ctx, u.path, "-p", port)
 	srv.Env = ucxEnv()

@@ -32,7 +32,8 @@ func fakeUCXDir(t *testing.T) string {
 
 // TestUCX runs the UCX anchor's points with a fake ucx_perftest on PATH:
 // the client started again after a refused connection, the figures read
-// from its output, the command shown, the next round sized from the first;
+// from its output, the command shown, a first round sized from a probe of
+// the rate and the next from the first;
 // and without ucx_perftest on PATH, the anchor says it is absent.
 func TestUCX(t *testing.T) {
 	dir := fakeUCXDir(t)
@@ -54,16 +55,16 @@ func TestUCX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first round guesses 10 GB/s: 953 iterations of 1 MiB in 100 ms,
-	// 286 in 30 ms of warm-up.
-	if want := 1024.0 * (1 << 20) / 1e9; math.Abs(r.GBps()-want) > 1e-6 || r.Msgs != 953 || r.Bytes != 953<<20 {
-		t.Errorf("tag_bw: %v GB/s, %d messages, %d bytes; want %v GB/s, 953 messages", r.GBps(), r.Msgs, r.Bytes, want)
+	// A probe of 10 ms at the guessed 10 GB/s, 100 iterations of 1 MiB
+	// after 10, measures the fake's 1024 MiB/s; the round then lasts
+	// about 100 ms at that rate, 102 iterations after 30.
+	if want := 1024.0 * (1 << 20) / 1e9; math.Abs(r.GBps()-want) > 1e-6 || r.Msgs != 102 || r.Bytes != 102<<20 {
+		t.Errorf("tag_bw: %v GB/s, %d messages, %d bytes; want %v GB/s, 102 messages", r.GBps(), r.Msgs, r.Bytes, want)
 	}
-	if !strings.HasPrefix(r.Note, "UCX_TLS=posix,cma,self ucx_perftest -p ") || !strings.HasSuffix(r.Note, " -t tag_bw -s 1048576 -n 953 -w 286 -v") {
+	if !strings.HasPrefix(r.Note, "UCX_TLS=posix,cma,self ucx_perftest -p ") || !strings.HasSuffix(r.Note, " -t tag_bw -s 1048576 -n 102 -w 30 -v") {
 		t.Errorf("command %q", r.Note)
 	}
-	// The next round lasts about 100 ms at the rate the first measured,
-	// 1024 MiB/s: 102 iterations.
+	// The next round, with the rate known, has no probe.
 	if _, err := Measure(ctx, pts[0], 30*ms, 100*ms); err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +73,17 @@ func TestUCX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Latency != 500*time.Nanosecond || r.Msgs != 30000 {
-		t.Errorf("tag_lat: %v one way over %d round trips, want 500ns over 30000", r.Latency, r.Msgs)
+	if r.Latency != 500*time.Nanosecond || r.Msgs != 100000 {
+		t.Errorf("tag_lat: %v one way over %d round trips, want 500ns over 100000", r.Latency, r.Msgs)
 	}
 	calls, err := os.ReadFile(filepath.Join(dir, "calls"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "tag_bw 1048576 953 286 posix,cma,self\ntag_bw 1048576 102 30 posix,cma,self\ntag_lat 64 30000 9000 posix,cma,self\n"
+	// tag_lat's probe of 3000 round trips at the guessed 300 000 a
+	// second measures 1 000 000 a second (0.5 us one way).
+	want := "tag_bw 1048576 100 10 posix,cma,self\ntag_bw 1048576 102 30 posix,cma,self\ntag_bw 1048576 102 30 posix,cma,self\n" +
+		"tag_lat 64 3000 300 posix,cma,self\ntag_lat 64 100000 30000 posix,cma,self\n"
 	if string(calls) != want {
 		t.Errorf("runs:\n%s\nwant:\n%s", calls, want)
 	}
