@@ -57,6 +57,7 @@ uses exs over the in-process provider and says so in the header.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &streamOpts{}
 				o.register(fs, compareDefaults)
+				o.registerBeside(fs)
 				return func(ctx context.Context, e *env) error { return runCompare(ctx, e, o, false) }
 			}},
 		{name: "engine", synopsis: "[flags]", short: "the protocol engine alone over process memory, with copy() anchors",
@@ -113,6 +114,7 @@ message).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &streamOpts{}
 				o.register(fs, rateDefaults)
+				o.registerBeside(fs)
 				return func(ctx context.Context, e *env) error { return runRate(ctx, e, o) }
 			}},
 		{name: "server", synopsis: "[flags]", short: "serve measurements for exsperf client (another process or host)",
@@ -152,6 +154,10 @@ bytes sent directly (see "exsperf help server" for the protocol).`,
 				o := &serverOpts{}
 				o.register(fs)
 				return func(ctx context.Context, e *env) error { return runServer(ctx, e, o, true) }
+			}},
+		{name: "neighbour", hidden: true, synopsis: "", short: "a CPU-bound process beside a parent exsperf (internal)",
+			setup: func(*flag.FlagSet) func(context.Context, *env) error {
+				return func(_ context.Context, e *env) error { return measure.Spin(e.stdout) }
 			}},
 	}
 }
@@ -252,6 +258,7 @@ func commandUsage(w io.Writer, c *command) {
 // streamOpts are the flags of the stream commands (compare, engine, rate).
 type streamOpts struct {
 	duration, warmup time.Duration
+	maxWarmup        time.Duration
 	rounds           int
 	sizes            []int
 	sends, recvs     int
@@ -264,10 +271,13 @@ type streamOpts struct {
 	seed             int64
 	verify           bool
 	quiet            bool
+	ucx              string // the UCX anchor: auto or off
+	neighbour        bool   // a CPU-bound process beside the run
 }
 
 type streamDefaults struct {
 	duration, warmup time.Duration
+	maxWarmup        time.Duration
 	rounds           int
 	sizes            []int
 	sends, recvs     int
@@ -276,15 +286,21 @@ type streamDefaults struct {
 }
 
 var (
-	compareDefaults = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
-	engineDefaults  = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
-	rateDefaults    = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
+	compareDefaults = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
+	engineDefaults  = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
+	rateDefaults    = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
 )
+
+// defaultMaxWarmup is the longest warm-up of a point of the stream
+// commands by default: most points' rates are steady well before it.
+const defaultMaxWarmup = 300 * time.Millisecond
 
 func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	o.duration, o.warmup, o.rounds, o.sizes, o.sends, o.recvs = d.duration, d.warmup, d.rounds, d.sizes, d.sends, d.recvs
+	o.maxWarmup = d.maxWarmup
 	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), measure.Modes...), d.transport, d.tcp, "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
+	fs.DurationVar(&o.maxWarmup, "warmup-max", o.maxWarmup, "warm each point up past --warmup until its rate holds steady (three 10 ms slices within 10% of each other), for at most this long; at or below --warmup, warm up for --warmup exactly")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per point, interleaved with the other points; the median is reported")
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes: a list, with ranges (64..1M, 64..1M:4)")
 	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes (iperf3's length)")
@@ -301,9 +317,17 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
 }
 
+// registerBeside registers the flags of what runs beside the measurements:
+// the UCX anchor and a busy neighbour.
+func (o *streamOpts) registerBeside(fs *flag.FlagSet) {
+	o.ucx = "auto"
+	fs.StringVar(&o.ucx, "ucx", o.ucx, "the UCX anchor: auto (ucx_perftest tag_bw and ucp_put_bw at each size, tag_lat at 64 B, over shared memory and cross-memory attach, when ucx_perftest is on PATH) or off")
+	fs.BoolVar(&o.neighbour, "neighbour", false, "start one CPU-bound process (a loop on one thread) beside the run, as on a machine shared with other work")
+}
+
 // schedule is the measuring schedule, telling prog of each point.
 func (o *streamOpts) schedule(prog *progress) measure.Schedule {
-	return measure.Schedule{Seed: o.seed, Rounds: o.rounds, Warmup: o.warmup, Duration: o.duration, Step: prog.step}
+	return measure.Schedule{Seed: o.seed, Rounds: o.rounds, Warmup: o.warmup, MaxWarmup: o.maxWarmup, Duration: o.duration, Step: prog.step}
 }
 
 // openTransport opens the transport called name; an unknown name is a
@@ -316,11 +340,17 @@ func openTransport(name string) (measure.Transport, error) {
 	return t, err
 }
 
+// steady reports whether each point warms up until its rate is steady.
+func (o *streamOpts) steady() bool { return o.maxWarmup > o.warmup }
+
 // timing describes the measuring schedule.
 func (o *streamOpts) timing() string {
 	r := ""
 	if o.rounds > 1 {
 		r = fmt.Sprintf(", median of %d rounds", o.rounds)
+	}
+	if o.steady() {
+		return fmt.Sprintf("%v per point after a warm-up until its rate is steady (at least %v, at most %v)%s; run order seed %d", o.duration, o.warmup, o.maxWarmup, r, o.seed)
 	}
 	return fmt.Sprintf("%v per point after %v warm-up%s; run order seed %d", o.duration, o.warmup, r, o.seed)
 }
@@ -372,6 +402,9 @@ func (o *streamOpts) check(e *env) error {
 	if err := checkTiming(e, o.duration, o.warmup); err != nil {
 		return err
 	}
+	if err := durationOK("warmup-max", o.maxWarmup, true); err != nil {
+		return usageError{err}
+	}
 	if o.rounds < 1 || o.rounds > 1000 {
 		return usagef("--rounds must be between 1 and 1000")
 	}
@@ -383,6 +416,9 @@ func (o *streamOpts) check(e *env) error {
 	}
 	if err := checkTCP(o.tcp); err != nil {
 		return err
+	}
+	if o.ucx != "" && o.ucx != "auto" && o.ucx != "off" {
+		return usagef("--ucx %q: want auto or off", o.ucx)
 	}
 	for _, s := range o.sizes {
 		if s > 64<<20 {

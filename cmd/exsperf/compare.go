@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
@@ -76,21 +75,26 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	defer ts.close()
-	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	bs, err := openBeside(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer bs.close()
+	tr, tcp := ts.tr, ts.tcp
 	rep := newReport(e, tr, nil, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc})
-	host := rep.Host
-	rep.Notes = append(notes, measure.CopyNote)
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"tcp_congestion_control": o.cc, "neighbour": o.neighbour})
+	rep.Notes = append(append(ts.notes, measure.CopyNote), bs.notes...)
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
 	}
-	title := "exsperf: direct-only, indirect-only and dynamic against the memory-copy limit and TCP"
+	title := "exsperf: direct-only, indirect-only and dynamic against the memory-copy limit, TCP and UCX"
 	if engineOnly {
 		title = "exsperf engine: the protocol engine alone, against the memory-copy limit"
 	}
 	fmt.Fprintln(out, title)
-	fmt.Fprintf(out, "host: %s\n", host)
+	fmt.Fprintf(out, "host: %s\n", rep.Host)
 	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
 	rep.Notes = append(rep.Notes, measure.Notes(tr)...)
 	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, measure.SizeName(o.ring), o.timing())
@@ -98,28 +102,27 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
 	fmt.Fprintln(out)
-	t := &table{
-		head:  []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"},
-		align: []bool{true, false, true, true, true, true, true, true, true, true},
-	}
-	if tcp == nil {
-		t.head = slices.Delete(t.head, 5, 6)
-		t.align = t.align[:len(t.head)]
-	}
+	cols := compareCols{tcp: tcp, ucx: bs.ucx != nil}
 	// Print the header now and rows as sizes complete.
-	t.write(out)
+	cols.table().write(out)
 	points := func(size int) []measure.Point {
 		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
 		pts := measure.CopyAnchors(base)
 		if tcp != nil {
 			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
+		pts = append(pts, bs.ucxPoints(base)...)
 		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
-	nPoints := len(points(1))
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints*o.rounds)
+	prog := newProgress(e.stderr, o.quiet, countPoints(o.sizes, points)*o.rounds)
+	var warm warmups
+	var ul ucxLines
 	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
-		rows, cells := compareRows(size, pts, rs, tcp)
+		for i, pt := range pts {
+			warm.add(size, pt, rs[i])
+		}
+		ul.add(size, pts, rs)
+		rows, cells := cols.rows(size, pts, rs)
 		rep.Stream = append(rep.Stream, rows...)
 		prog.clear()
 		for _, c := range cells {
@@ -131,13 +134,22 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	fmt.Fprintln(out)
-	if n := measure.PathNotes(tr); len(n) > 0 {
-		rep.Notes = append(rep.Notes, n...)
-		for _, l := range n {
-			fmt.Fprintf(out, "path: %s\n", l)
+	var after []string
+	if o.steady() {
+		after = append(after, warm.line(o.maxWarmup))
+	}
+	after = append(after, bs.close())
+	for _, l := range measure.PathNotes(tr) {
+		after = append(after, "path: "+l)
+	}
+	for _, l := range after {
+		if l != "" {
+			rep.Notes = append(rep.Notes, l)
+			fmt.Fprintln(out, l)
 		}
 	}
-	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP: the median as a multiple of the copy() x1 and TCP rows of the same size.")
+	ul.write(out)
+	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP, x UCX: the median as a multiple of the copy() x1, TCP and UCX tag_bw rows of the same size.")
 	fmt.Fprintln(out, "CPU s/GB: CPU seconds per GB received; '-' where a side's time cannot be told apart.")
 	if !engineOnly && tr.Name() == "engine" {
 		fmt.Fprintln(out, "The socket API (exs over verbs) is not measured yet: this run measures the protocol engine alone.")
@@ -148,17 +160,51 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	return nil
 }
 
-// compareRows are the rows of one size's results and their cells in the
-// table: each throughput also as a multiple of copy() x1's and, with a TCP
-// anchor, of TCP's.
-func compareRows(size int, pts []measure.Point, rs []measure.Result, tcp measure.Transport) ([]row, [][]string) {
-	var copyRate, tcpRate float64
+// countPoints is the number of points of sizes.
+func countPoints(sizes []int, points func(size int) []measure.Point) int {
+	n := 0
+	for _, s := range sizes {
+		n += len(points(s))
+	}
+	return n
+}
+
+// compareCols are the anchors a compare table has columns for.
+type compareCols struct {
+	tcp measure.Transport // nil: no TCP anchor
+	ucx bool              // the UCX anchor ran
+}
+
+// table is the table's header.
+func (cc compareCols) table() *table {
+	t := &table{head: []string{"size", "run", "GB/s", "range", "x copy()"}, align: []bool{true, false, true, true, true}}
+	if cc.tcp != nil {
+		t.head = append(t.head, "x TCP")
+	}
+	if cc.ucx {
+		t.head = append(t.head, "x UCX")
+	}
+	t.head = append(t.head, "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total")
+	for len(t.align) < len(t.head) {
+		t.align = append(t.align, true)
+	}
+	return t
+}
+
+// rows are the rows of one size's results and the cells of those in the
+// table: each throughput also as a multiple of copy() x1's and, with
+// those anchors, of TCP's and of UCX tag_bw's. A latency anchor's row is
+// not in the table (see ucxLines).
+func (cc compareCols) rows(size int, pts []measure.Point, rs []measure.Result) ([]row, [][]string) {
+	var copyRate, tcpRate, ucxRate float64
 	for i, pt := range pts {
-		if pt.Run == measure.RunCopy1 {
+		switch {
+		case pt.Run == measure.RunCopy1:
 			copyRate = rs[i].GBps()
-		}
-		if tcp != nil && pt.Tr == tcp {
+		case cc.tcp != nil && pt.Tr == cc.tcp:
 			tcpRate = rs[i].GBps()
+		case pt.Run == measure.UCXRunName(measure.UCXTagBW):
+			ucxRate = rs[i].GBps()
 		}
 	}
 	var rows []row
@@ -166,9 +212,15 @@ func compareRows(size int, pts []measure.Point, rs []measure.Result, tcp measure
 	for i, pt := range pts {
 		rw := makeRow("compare", pt.TransportName(), pt.Run, pt.Params, rs[i])
 		rows = append(rows, rw)
+		if rs[i].Latency > 0 {
+			continue
+		}
 		c := []string{measure.SizeName(size), pt.Run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
-		if tcp != nil {
+		if cc.tcp != nil {
 			c = append(c, ratio(rw.GBps, tcpRate))
+		}
+		if cc.ucx {
+			c = append(c, ratio(rw.GBps, ucxRate))
 		}
 		cells = append(cells, append(c, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3)))
 	}
@@ -198,16 +250,22 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 		return err
 	}
 	defer ts.close()
-	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	bs, err := openBeside(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer bs.close()
+	tr, tcp := ts.tr, ts.tcp
+	notes := append(ts.notes, bs.notes...)
 	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-		"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed})
-	host := rep.Host
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"neighbour": o.neighbour})
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
 	}
 	fmt.Fprintln(out, "exsperf rate: message rate")
-	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", rep.Host, tr.Name(), tr.Describe())
 	fmt.Fprintf(out, "outstanding sends %d, recvs %d; %s\n", o.sends, o.recvs, o.timing())
 	for _, n := range notes {
 		fmt.Fprintf(out, "note: %s\n", n)
@@ -222,12 +280,17 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 		if tcp != nil {
 			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
+		pts = append(pts, bs.ucxPoints(base, measure.UCXTagBW)...)
 		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1))*o.rounds)
+	prog := newProgress(e.stderr, o.quiet, countPoints(o.sizes, points)*o.rounds)
+	var warm warmups
+	var ul ucxLines
 	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
 		prog.clear()
+		ul.add(size, pts, rs)
 		for i, pt := range pts {
+			warm.add(size, pt, rs[i])
 			rw := makeRow("rate", pt.Tr.Name(), pt.Run, pt.Params, rs[i])
 			rep.Stream = append(rep.Stream, rw)
 			perMsg := "-"
@@ -241,6 +304,14 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(out)
+	if o.steady() {
+		fmt.Fprintln(out, warm.line(o.maxWarmup))
+	}
+	if l := bs.close(); l != "" {
+		fmt.Fprintln(out, l)
+	}
+	ul.write(out)
 	if o.json != "" {
 		return writeJSON(o.json, e.stdout, rep)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,8 +32,24 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fast are flags that keep a run short.
-var fast = []string{"-t", "20ms", "-w", "5ms", "-q", "--rounds", "1"}
+// fast are flags that keep a run short: a fixed warm-up.
+var fast = []string{"-t", "20ms", "-w", "5ms", "--warmup-max", "0", "-q", "--rounds", "1"}
+
+// fakeUCX puts a fake ucx_perftest (measure's testdata/ucx_perftest, which
+// reports 1 GiB/s and a one-way latency of 0.5 us) alone on PATH for the
+// rest of the test.
+func fakeUCX(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("internal", "measure", "testdata", measure.UCXCommand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, measure.UCXCommand), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+}
 
 // exsperf runs the command line args with a deadline and returns stdout.
 func exsperf(t *testing.T, args ...string) string {
@@ -87,16 +104,19 @@ func number(t *testing.T, cell string) float64 {
 // TestCopyAnchors checks that it moves bytes).
 func mayStarve(run string) bool { return run == measure.RunCopy2C }
 
+// TestCompare runs the default command with the UCX anchor (a fake
+// ucx_perftest) and the steady-rate warm-up.
 func TestCompare(t *testing.T) {
-	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3")...)
+	fakeUCX(t)
+	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3", "--warmup-max", "30ms")...)
 	rows := tableRows(t, out)
 	head, rows := rows[0], rows[1:]
-	want := []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
+	want := []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "x UCX", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
 	if diff := cmp.Diff(want, head); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	if len(rows) != 2*7 {
-		t.Fatalf("%d rows, want 14:\n%s", len(rows), out)
+	if len(rows) != 2*9 {
+		t.Fatalf("%d rows, want 18:\n%s", len(rows), out)
 	}
 	for _, r := range rows {
 		if len(r) != len(want) {
@@ -107,7 +127,10 @@ func TestCompare(t *testing.T) {
 		if !(v > 0 || v == 0 && mayStarve(r[1])) || number(t, lo) > v || v > number(t, hi) {
 			t.Errorf("row %q: throughput %v outside its range", r, v)
 		}
-		pct := number(t, r[6])
+		if strings.HasPrefix(r[1], "UCX ") && (r[2] != "1.07" || r[6] != "1.00") {
+			t.Errorf("UCX row %q: want the fake's 1.07 GB/s, 1.00 x UCX tag_bw", r)
+		}
+		pct := number(t, r[7])
 		switch r[1] {
 		case "direct-only":
 			if pct != 100 {
@@ -127,14 +150,20 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"transport: " + measure.Auto, "congestion control", "copy() x1 and x2", "path: "} {
+	for _, s := range []string{"transport: " + measure.Auto, "congestion control", "copy() x1 and x2", "path: ",
+		"note: UCX: ucx_perftest", "UCX tag_lat 64 B: one-way latency 0.500 us (median of 3 rounds, 0.500..0.500)",
+		"UCX ucp_put_bw 5000 B: UCX_TLS=posix,cma,self ucx_perftest -p ", " -t ucp_put_bw -s 5000 -n ",
+		"warm-up: each point ran until its rate held steady"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not say %q:\n%s", s, out)
 		}
 	}
 }
 
+// TestCompareJSON runs without ucx_perftest on PATH: the report says the
+// UCX anchor is absent.
 func TestCompareJSON(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	out := exsperf(t, append(fast, "--sizes", "1K", "--modes", "dynamic", "--tcp", "tcp-proc", "--json", "-")...)
 	var rep report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -156,6 +185,9 @@ func TestCompareJSON(t *testing.T) {
 	if rep.Transport != measure.Auto || rep.Host.Go == "" || rep.Host.CPUs < 1 {
 		t.Errorf("report header %+v", rep)
 	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "UCX anchor absent: ucx_perftest not found on PATH") }) {
+		t.Errorf("no note of the absent UCX anchor: %q", rep.Notes)
+	}
 }
 
 func TestEngine(t *testing.T) {
@@ -170,7 +202,7 @@ func TestEngine(t *testing.T) {
 }
 
 func TestRate(t *testing.T) {
-	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "8")...)...)
+	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "8", "--ucx", "off")...)...)
 	rows := tableRows(t, out)
 	if len(rows) != 1+4 {
 		t.Fatalf("%d rows, want 5:\n%s", len(rows), out)
@@ -430,7 +462,7 @@ func TestSig(t *testing.T) {
 // falls back to the in-process provider and says why.
 func TestCompareFallback(t *testing.T) {
 	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
-	out := exsperf(t, append(fast, "--sizes", "4096", "--modes", "dynamic", "--tcp", "off")...)
+	out := exsperf(t, append(fast, "--sizes", "4096", "--modes", "dynamic", "--tcp", "off", "--ucx", "off")...)
 	for _, s := range []string{"could not run here", "in-process provider", "| 4 KiB | dynamic |"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)

@@ -39,6 +39,12 @@ type row struct {
 	CPURecv   *float64  `json:"cpu_recv_s_per_gb"`
 	CPUTotal  *float64  `json:"cpu_total_s_per_gb"`
 	Note      string    `json:"note,omitempty"`
+	// The warm-up each round took, in the order of the rounds, and how
+	// many stopped at the cap without a steady rate.
+	WarmupMs       []float64 `json:"warmup_ms_rounds,omitempty"`
+	UnsteadyRounds int       `json:"unsteady_rounds,omitempty"`
+	// A latency anchor's one-way latency (UCX tag_lat).
+	LatencyUs *float64 `json:"latency_us_one_way,omitempty"`
 }
 
 func optional(v float64) *float64 {
@@ -62,7 +68,51 @@ func makeRow(fig, tr, run string, p measure.Params, r measure.Result) row {
 	if t := r.XfersDirect + r.XfersIndirect; r.HasDirect && t > 0 {
 		rw.PctXfers = optional(100 * float64(r.XfersDirect) / float64(t))
 	}
+	for _, w := range r.RoundWarmups {
+		rw.WarmupMs = append(rw.WarmupMs, float64(w)/1e6)
+	}
+	rw.UnsteadyRounds = r.UnsteadyRounds
+	if r.Latency > 0 {
+		rw.LatencyUs = optional(float64(r.Latency) / 1e3)
+	}
 	return rw
+}
+
+// warmups gathers the warm-ups of a table's runs, for the line that says
+// how long the points took to reach a steady rate.
+type warmups struct {
+	taken     []time.Duration
+	unsteady  []string // "SIZE RUN (N)" of the points with unsteady rounds
+	nUnsteady int
+}
+
+// add counts the rounds of one point; the UCX anchor's warm-up is its own.
+func (w *warmups) add(size int, pt measure.Point, r measure.Result) {
+	if pt.TransportName() == "ucx" {
+		return
+	}
+	w.taken = append(w.taken, r.RoundWarmups...)
+	if r.UnsteadyRounds > 0 {
+		w.nUnsteady += r.UnsteadyRounds
+		w.unsteady = append(w.unsteady, fmt.Sprintf("%s %s (%d)", measure.SizeName(size), pt.Run, r.UnsteadyRounds))
+	}
+}
+
+// line says how the warm-ups went: their range and median, and the points
+// whose rate did not settle before max.
+func (w *warmups) line(max time.Duration) string {
+	if len(w.taken) == 0 {
+		return ""
+	}
+	ts := slices.Clone(w.taken)
+	slices.Sort(ts)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/1e6) }
+	l := fmt.Sprintf("warm-up: each point ran until its rate held steady (three 10 ms slices within 10%% of one another): %s-%s, median %s, over %d runs",
+		ms(ts[0]), ms(ts[len(ts)-1]), ms(ts[(len(ts)-1)/2]), len(ts))
+	if w.nUnsteady == 0 {
+		return l + "; every run reached a steady rate"
+	}
+	return l + fmt.Sprintf("; %d stopped at %v without a steady rate: %s", w.nUnsteady, max, strings.Join(w.unsteady, ", "))
 }
 
 // latRow is one latency measurement: round-trip percentiles in microseconds.

@@ -32,7 +32,7 @@ type sweepOpts struct {
 }
 
 func (o *sweepOpts) register(fs *flag.FlagSet) {
-	o.streamOpts.register(fs, streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, 1,
+	o.streamOpts.register(fs, streamDefaults{300 * time.Millisecond, 100 * time.Millisecond, 0, 1,
 		mustSizes("64..1M:4"), 16, 32, "auto", "tcp"})
 	o.out, o.figures, o.sendsList = "exsperf-sweep", []int{1, 2, 3, 4, 5}, []int{1, 2, 4, 8, 16, 32, 64}
 	o.fig3Sizes = []int{64 << 10, 1 << 20}
@@ -255,7 +255,8 @@ func (o *sweepOpts) measure(ctx context.Context, e *env, stages []sweepStage, re
 		if !o.wantAny(st.figures) {
 			continue
 		}
-		sched := measure.Schedule{Seed: o.seed, Rounds: st.rounds, Warmup: st.warmup, Duration: st.d, Step: prog.step}
+		// The emulated link's warm-up is fixed, in virtual time.
+		sched := measure.Schedule{Seed: o.seed, Rounds: st.rounds, Warmup: st.warmup, MaxWarmup: o.maxWarmup, Duration: st.d, Step: prog.step}
 		err := sched.Run(ctx, o.sizes, st.points, func(size int, pts []measure.Point, rs []measure.Result) {
 			for i, pt := range pts {
 				rep.Stream = append(rep.Stream, st.row(pt, rs[i]))

@@ -11,8 +11,8 @@ import (
 // uses: each message is copied from one of sends source buffers into one of
 // recvs destination buffers (one copy, as a direct transfer), or through a
 // ring of ringBytes in between (two copies, as an indirect transfer). It runs
-// on one locked thread; its CPU time is that thread's.
-func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, warmup, d time.Duration) (Result, error) {
+// on one locked thread, timed by win; its CPU time is that thread's.
+func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, win window) (Result, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	src, dst := makeBufs(sends, size), makeBufs(recvs, size)
@@ -24,7 +24,6 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 	var m [2]mark
 	pos := 0
 	start := time.Now()
-	win := window{warmup: warmup, d: d}
 	// Copy a batch of messages between clock readings: about 64 KiB.
 	batch := max(1, 64<<10/size)
 	for i := 0; ; {
@@ -46,7 +45,7 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 			bytes += int64(size)
 			msgs++
 		}
-		if e := win.check(time.Since(start)); e != edgeNone {
+		if e := win.check(time.Since(start), bytes); e != edgeNone {
 			m[e-1] = takeMark(bytes, msgs)
 			if e == edgeEnd {
 				break
@@ -59,7 +58,7 @@ func copyAnchor(ctx context.Context, copies, size, sends, recvs, ringBytes int, 
 	cpu := cpuDelta(m[0].thread, m[1].thread)
 	return Result{
 		Bytes: m[1].bytes - m[0].bytes, Msgs: m[1].msgs - m[0].msgs, Elapsed: m[1].at.Sub(m[0].at),
-		CPUSend: -1, CPURecv: -1, CPUTotal: cpu,
+		CPUSend: -1, CPURecv: -1, CPUTotal: cpu, Warmup: win.start, Unsteady: win.unsteady,
 	}, nil
 }
 
@@ -77,8 +76,8 @@ const crossPiece = 64 << 10
 // the placement, as the exs runs do, while the one-thread anchors do not.
 // Where threads cannot be bound to CPUs (one CPU, another platform), the
 // two threads run where the system puts them. The CPU time is the two
-// threads'.
-func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, warmup, d time.Duration) (Result, error) {
+// threads'. The consumer times the interval with win.
+func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, win window) (Result, error) {
 	src, dst := makeBufs(sends, size), makeBufs(recvs, size)
 	ring := makeBufs(1, ringBytes)[0]
 	var pos struct {
@@ -101,7 +100,6 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 		if runtime.NumCPU() > 1 {
 			pinThread(1)
 		}
-		win := window{warmup: warmup, d: d}
 		start := time.Now()
 		var t int64
 		msg, at := 0, 0
@@ -118,7 +116,7 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 			}
 			pos.tail.Store(t)
 			if n%64 == 0 || h != t {
-				if e := win.check(time.Since(start)); e != edgeNone {
+				if e := win.check(time.Since(start), t); e != edgeNone {
 					m[e-1] = takeMark(t, int64(msg))
 					pos.edge.Store(int32(e))
 				}
@@ -178,6 +176,6 @@ func crossCopyAnchor(ctx context.Context, size, sends, recvs, ringBytes int, war
 	}
 	return Result{
 		Bytes: m[1].bytes - m[0].bytes, Msgs: m[1].msgs - m[0].msgs, Elapsed: m[1].at.Sub(m[0].at),
-		CPUSend: -1, CPURecv: -1, CPUTotal: cpu,
+		CPUSend: -1, CPURecv: -1, CPUTotal: cpu, Warmup: win.start, Unsteady: win.unsteady,
 	}, nil
 }

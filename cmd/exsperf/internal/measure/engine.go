@@ -341,17 +341,19 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 	defer runtime.UnlockOSThread()
 	start := time.Now()
 	var s0 snapshot
-	win := window{warmup: warmup, d: d}
+	win := newWindow(warmup, mp.p.MaxWarmup, d)
 	for n := 0; ; n++ {
 		t3, err := mp.turn()
 		if err != nil {
 			return Result{}, err
 		}
-		switch el := t3.Sub(start); win.check(el) {
+		switch el := t3.Sub(start); win.check(el, mp.b.recvBytes) {
 		case edgeStart:
 			s0 = mp.snap(el)
 		case edgeEnd:
-			return mp.result(s0, mp.snap(el)), nil
+			r := mp.result(s0, mp.snap(el))
+			r.Warmup, r.Unsteady = win.start, win.unsteady
+			return r, nil
 		}
 		if n%64 == 0 && ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -527,7 +529,7 @@ func pingLoop(ctx context.Context, warmup, d time.Duration, rt func() error) ([]
 	win := window{warmup: warmup, d: d}
 	for n := 0; ; n++ {
 		t0 := time.Now()
-		e := win.check(t0.Sub(start))
+		e := win.check(t0.Sub(start), 0)
 		if e == edgeEnd {
 			return out, nil
 		}

@@ -267,7 +267,8 @@ type sockMark struct {
 func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	snd := xp.cs.goSend()
 	var m [2]sockMark
-	rerr := xp.rs.receiver(ctx, warmup, d, func(edge int, bytes int64) bool {
+	win := newWindow(warmup, xp.p.MaxWarmup, d)
+	rerr := xp.rs.receiver(ctx, &win, func(edge int, bytes int64) bool {
 		m[edge-1] = sockMark{time.Now(), bytes, snd.sent.Load(), processCPU(), xp.cs.s.Stats()}
 		return edge != edgeEnd
 	})
@@ -281,7 +282,9 @@ func (xp *exsPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 	if serr != nil {
 		return Result{}, serr
 	}
-	return exsResult(m, xp.wait), nil
+	r := exsResult(m, xp.wait)
+	r.Warmup, r.Unsteady = win.start, win.unsteady
+	return r, nil
 }
 
 // exsResult is the result of a stream between two marks taken in one
@@ -313,10 +316,10 @@ func exsDirect(s0, s1 exs.Stats) Result {
 // process's (getrusage RUSAGE_SELF), which needs no held thread.
 
 // receiver keeps Recvs recvs of Size bytes posted and times the measured
-// interval: at each edge it calls mark with the bytes received so far,
+// interval with win: at each edge it calls mark with the bytes received so far,
 // which says whether to go on receiving. After the interval it goes on until mark says stop, or
 // until the stream ends or breaks (then it returns nil).
-func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark func(edge int, bytes int64) bool) error {
+func (e *exsEnd) receiver(ctx context.Context, win *window, mark func(edge int, bytes int64) bool) error {
 	p := e.p
 	rbufs, rmh, err := e.region(p.Recvs, p.Size, exs.AccessWrite)
 	if err != nil {
@@ -334,7 +337,6 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 	// The clock starts at the first completion, not at the first post: the
 	// sender may not be running yet (a slow or loaded machine).
 	var start time.Time
-	win := window{warmup: warmup, d: d}
 	for {
 		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
 		if err != nil && !errors.Is(err, exs.ErrTimeout) {
@@ -367,7 +369,7 @@ func (e *exsEnd) receiver(ctx context.Context, warmup, d time.Duration, mark fun
 			start = time.Now()
 		}
 		if win.phase < 2 && !start.IsZero() {
-			if edge := win.check(time.Since(start)); edge != edgeNone {
+			if edge := win.check(time.Since(start), bytes); edge != edgeNone {
 				if !mark(edge, bytes) {
 					return nil
 				}

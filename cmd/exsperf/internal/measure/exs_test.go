@@ -44,7 +44,8 @@ func TestExsLateSender(t *testing.T) {
 		serr := make(chan error, 1)
 		time.AfterFunc(300*time.Millisecond, func() { serr <- xp.cs.sender(&stop, &sent) })
 		var got [2]int64
-		rerr := xp.rs.receiver(context.Background(), 5*time.Millisecond, 20*time.Millisecond, func(edge int, bytes int64) bool {
+		win := newWindow(5*time.Millisecond, 0, 20*time.Millisecond)
+		rerr := xp.rs.receiver(context.Background(), &win, func(edge int, bytes int64) bool {
 			got[edge-1] = bytes
 			return edge != edgeEnd
 		})

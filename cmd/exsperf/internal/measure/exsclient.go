@@ -123,7 +123,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 		return exsEnd{}, errors.New("transport closed")
 	}
 	t.ctl.ctx = ctx
-	req := exsRequest{request: request{Test: test, Size: p.Size, Warmup: warmup, Duration: d, Wait: p.Wait.String(), Verify: p.Verify, Seed: p.Seed},
+	req := exsRequest{request: request{Test: test, Size: p.Size, Warmup: warmup, MaxWarmup: p.MaxWarmup, Duration: d, Wait: p.Wait.String(), Verify: p.Verify, Seed: p.Seed},
 		Mode: p.Mode.String(), Sends: p.Sends, Recvs: p.Recvs, Ring: p.Ring}
 	if err := writeMsg(t.ctl, req); err != nil {
 		return exsEnd{}, err
@@ -222,6 +222,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (Resu
 	r.CPUSend, r.CPURecv, r.CPUTotal = -1, rep.CPUProc, -1
 	r.addClient(m[1].at.Sub(m[0].at), m[1].msgs-m[0].msgs, cpuDelta(m[0].cpu, m[1].cpu))
 	r.Note = "wait " + np.p.Wait.String()
+	r.Warmup, r.Unsteady = rep.Warmed, rep.Unsteady
 	return r, nil
 }
 

@@ -244,7 +244,8 @@ func (s *ExsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 		var m [2]mark
 		var ss [2]exs.Stats
 		var sent bool
-		err := e.receiver(ctx, req.Warmup, req.Duration, func(edge int, bytes int64) bool {
+		win := newWindow(req.Warmup, req.MaxWarmup, req.Duration)
+		err := e.receiver(ctx, &win, func(edge int, bytes int64) bool {
 			m[edge-1] = takeMark(bytes, 0)
 			ss[edge-1] = e.s.Stats()
 			if edge == edgeEnd {
@@ -252,7 +253,7 @@ func (s *ExsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], prov.Stats())
 				}
 				r := exsReply{reply: reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
-					CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread)}}
+					CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread)}.warmed(&win)}
 				if err := writeMsg(ctl, r); err != nil {
 					return false
 				}
@@ -295,6 +296,6 @@ func (req exsRequest) params() (Params, WaitMode, error) {
 			return Params{}, 0, fmt.Errorf("bad wait mode %q", req.Wait)
 		}
 	}
-	p := Params{Mode: ms[0], Size: req.Size, Sends: req.Sends, Recvs: req.Recvs, Ring: req.Ring, Verify: req.Verify, Seed: req.Seed, Wait: w}
+	p := Params{Mode: ms[0], Size: req.Size, Sends: req.Sends, Recvs: req.Recvs, Ring: req.Ring, Verify: req.Verify, Seed: req.Seed, Wait: w, MaxWarmup: req.MaxWarmup}
 	return p, w, nil
 }

@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		case "chatty":
 			os.Exit(chattyPeer())
 		}
+		if len(os.Args) > 1 && os.Args[1] == "neighbour" {
+			Spin(os.Stdout)
+			os.Exit(0)
+		}
 		if err := testPeer(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "peer:", err)
 			os.Exit(1)

@@ -66,6 +66,10 @@ type Params struct {
 	// Wait is how the sides of a transport with threads wait (0: the
 	// transport's default); PingPong must be asked for the same.
 	Wait WaitMode
+	// MaxWarmup, above the warm-up a stream is given, makes that warm-up a
+	// minimum: the stream warms up until its rate is steady (window), for
+	// at most MaxWarmup.
+	MaxWarmup time.Duration
 }
 
 // Result is what a stream measurement saw during its measured interval.
@@ -88,9 +92,16 @@ type Result struct {
 
 	Note string // e.g. the congestion control a TCP run used
 
+	Latency time.Duration // a latency anchor's one-way latency (UCX tag_lat), else 0
+
+	Warmup   time.Duration // the warm-up this stream took
+	Unsteady bool          // it stopped at Params.MaxWarmup without a steady rate
+
 	Rounds           int       // rounds this median was taken from (0: one)
 	MinGBps, MaxGBps float64   // the range of the rounds' throughputs
 	RoundGBps        []float64 // each round's throughput, in the order of the rounds
+	RoundWarmups     []time.Duration
+	UnsteadyRounds   int // rounds whose warm-up stopped without a steady rate
 }
 
 // GBps is the throughput in GB/s (10^9 bytes per second).
@@ -177,13 +188,44 @@ func ParseWait(s string) (WaitMode, error) {
 }
 
 // window finds the edges of a measured interval: the first check at or after
-// warmup starts it, and the first check at least d after that start ends it,
-// so that the interval is never shorter than d, however long a step takes.
-// The zero value with warmup and d set is ready to use.
+// the warm-up starts it, and the first check at least d after that start ends
+// it, so that the interval is never shorter than d, however long a step takes.
+//
+// With max above warmup the warm-up is a minimum: it goes on until the rate
+// holds steady (the rates of the last steadySlices slices of at least
+// steadySlice each lie within steadyTol of one another), and stops at max
+// regardless, noting that the rate was not steady. The rate is the bytes
+// the caller passes to check per unit of elapsed time, so the same logic
+// runs on a fake clock in the tests. The zero value with warmup and d set
+// is a fixed warm-up, ready to use.
 type window struct {
 	warmup, d time.Duration
-	start     time.Duration
-	phase     int // 0 warming up, 1 measuring, 2 done
+	max       time.Duration // the longest warm-up; at or below warmup: exactly warmup
+	start     time.Duration // the elapsed time at the start edge: the warm-up taken
+	phase     int           // 0 warming up, 1 measuring, 2 done
+	unsteady  bool          // the warm-up reached max without a steady rate
+
+	// The slices of the warm-up: where the current one began, and the
+	// rates of the last ones, newest first.
+	sliceAt    time.Duration
+	sliceBytes int64
+	rates      [steadySlices]float64
+	nrates     int
+}
+
+// The steady-rate warm-up: slices of at least steadySlice, the last
+// steadySlices of them within steadyTol (highest / lowest - 1).
+const (
+	steadySlice  = 10 * time.Millisecond
+	steadySlices = 3
+	steadyTol    = 0.10
+)
+
+// newWindow returns a window with a warm-up of at least warmup that goes on
+// until the rate is steady, up to most (with most <= warmup: exactly
+// warmup), and a measured interval of d.
+func newWindow(warmup, most, d time.Duration) window {
+	return window{warmup: warmup, max: most, d: d}
 }
 
 // Edges check reports.
@@ -193,12 +235,12 @@ const (
 	edgeEnd   = 2
 )
 
-// check takes the time elapsed since the run began and reports whether it
-// is an edge of the interval.
-func (w *window) check(el time.Duration) int {
+// check takes the time elapsed since the run began and the bytes moved so
+// far, and reports whether it is an edge of the interval.
+func (w *window) check(el time.Duration, bytes int64) int {
 	switch w.phase {
 	case 0:
-		if el >= w.warmup {
+		if w.warm(el, bytes) {
 			w.phase, w.start = 1, el
 			return edgeStart
 		}
@@ -209,4 +251,38 @@ func (w *window) check(el time.Duration) int {
 		}
 	}
 	return edgeNone
+}
+
+// warm reports whether the warm-up is over at el, with bytes moved.
+func (w *window) warm(el time.Duration, bytes int64) bool {
+	if w.max <= w.warmup {
+		return el >= w.warmup
+	}
+	if span := el - w.sliceAt; span >= steadySlice {
+		copy(w.rates[1:], w.rates[:steadySlices-1])
+		w.rates[0] = float64(bytes-w.sliceBytes) / span.Seconds()
+		w.nrates++
+		w.sliceAt, w.sliceBytes = el, bytes
+	}
+	switch {
+	case el >= w.max:
+		w.unsteady = !w.steady()
+		return true
+	case el >= w.warmup:
+		return w.steady()
+	}
+	return false
+}
+
+// steady reports whether the last steadySlices slices' rates lie within
+// steadyTol of one another.
+func (w *window) steady() bool {
+	if w.nrates < steadySlices {
+		return false
+	}
+	lo, hi := w.rates[0], w.rates[0]
+	for _, r := range w.rates[1:] {
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	return lo > 0 && hi <= lo*(1+steadyTol)
 }

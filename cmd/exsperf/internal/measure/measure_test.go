@@ -2,6 +2,7 @@ package measure
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +24,91 @@ func TestWindow(t *testing.T) {
 		{0, edgeNone}, {9 * ms, edgeNone}, {13 * ms, edgeStart}, {13 * ms, edgeNone},
 		{32 * ms, edgeNone}, {33 * ms, edgeEnd}, {50 * ms, edgeNone},
 	} {
-		if got := w.check(c.el); got != c.want {
+		if got := w.check(c.el, 0); got != c.want {
 			t.Errorf("check(%v) = %d, want %d", c.el, got, c.want)
 		}
 	}
-	if z := (window{}); z.check(0) != edgeStart || z.check(0) != edgeEnd {
+	if z := (window{}); z.check(0, 0) != edgeStart || z.check(0, 0) != edgeEnd {
 		t.Error("a window of no warm-up and no length does not start and end at once")
+	}
+}
+
+// fakeStream drives a window on a fake clock: a check every step, the
+// bytes moved at rate(el) bytes per second in between. It returns the
+// elapsed time of the start edge (-1 if none within limit) and the window.
+func fakeStream(w window, step, limit time.Duration, rate func(el time.Duration) float64) (time.Duration, window) {
+	var bytes float64
+	for el := time.Duration(0); el <= limit; el += step {
+		if w.check(el, int64(bytes)) == edgeStart {
+			return el, w
+		}
+		bytes += rate(el) * step.Seconds()
+	}
+	return -1, w
+}
+
+// TestWindowSteady walks the steady-rate warm-up on a fake clock: it starts
+// the interval once three 10 ms slices agree within 10%, not before the
+// minimum, and at the cap, marked unsteady, when the rate never settles.
+func TestWindowSteady(t *testing.T) {
+	ms := time.Millisecond
+	const gb = 1e9
+	for _, c := range []struct {
+		name         string
+		warmup, max  time.Duration
+		step         time.Duration
+		rate         func(el time.Duration) float64
+		start        time.Duration
+		wantUnsteady bool
+	}{
+		// A steady rate from the first byte: three slices at 30 ms,
+		// the minimum.
+		{"steady", 30 * ms, 300 * ms, ms, func(time.Duration) float64 { return 10 * gb }, 30 * ms, false},
+		// Steady at once but a minimum of 50 ms: the minimum holds.
+		{"minimum", 50 * ms, 300 * ms, ms, func(time.Duration) float64 { return 10 * gb }, 50 * ms, false},
+		// A tenth of the rate for 20 ms, half of it until 45 ms, then
+		// full speed: the slice across the last change is between the
+		// two, so the first three full-speed slices end at 80 ms. (A
+		// slow phase of three slices or more would pass for steady: the
+		// warm-up does not replace populated memory.)
+		{"steps", 30 * ms, 300 * ms, ms, func(el time.Duration) float64 {
+			switch {
+			case el < 20*ms:
+				return gb
+			case el < 45*ms:
+				return 5 * gb
+			}
+			return 10 * gb
+		}, 80 * ms, false},
+		// A rate rising 5% a slice never settles within 10% over three
+		// slices: the cap ends the warm-up, unsteady.
+		{"rising", 30 * ms, 200 * ms, ms, func(el time.Duration) float64 {
+			return gb * math.Pow(1.05, float64(el/(10*ms)))
+		}, 200 * ms, true},
+		// Alternating fast and slow slices: unsteady at the cap.
+		{"noisy", 30 * ms, 150 * ms, ms, func(el time.Duration) float64 {
+			if el/(10*ms)%2 == 0 {
+				return 5 * gb
+			}
+			return 10 * gb
+		}, 150 * ms, true},
+		// Checks 7 ms apart: slices are as long as the checks make them.
+		{"coarse checks", 30 * ms, 300 * ms, 7 * ms, func(time.Duration) float64 { return 10 * gb }, 42 * ms, false},
+		// A cap at or below the minimum: a fixed warm-up, however the
+		// rate moves.
+		{"fixed", 40 * ms, 0, ms, func(el time.Duration) float64 { return float64(el) }, 40 * ms, false},
+		// Nothing moves: never steady, stopped at the cap.
+		{"stalled", 30 * ms, 100 * ms, ms, func(time.Duration) float64 { return 0 }, 100 * ms, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start, w := fakeStream(newWindow(c.warmup, c.max, 10*ms), c.step, time.Second, c.rate)
+			if start != c.start || w.start != c.start || w.unsteady != c.wantUnsteady {
+				t.Errorf("started at %v (window %v), unsteady %v; want %v, %v", start, w.start, w.unsteady, c.start, c.wantUnsteady)
+			}
+			if w.check(w.start+10*ms, 0) != edgeEnd {
+				t.Error("no end edge d after the start")
+			}
+		})
 	}
 }
 

@@ -46,10 +46,11 @@ func ModePoints(tr Transport, modes []dynproto.Mode, base Params) []Point {
 // an anchor.
 func Measure(ctx context.Context, pt Point, warmup, d time.Duration) (Result, error) {
 	if pt.Tr == nil {
+		win := newWindow(warmup, pt.Params.MaxWarmup, d)
 		if pt.Cross {
-			return crossCopyAnchor(ctx, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, warmup, d)
+			return crossCopyAnchor(ctx, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, win)
 		}
-		return copyAnchor(ctx, pt.Copies, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, warmup, d)
+		return copyAnchor(ctx, pt.Copies, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, win)
 	}
 	pr, err := pt.Tr.Open(ctx, pt.Params)
 	if err != nil {
@@ -85,10 +86,13 @@ func TCPRunName(t Transport) string {
 
 // A Schedule says how the points of a stream table are measured: each for
 // Warmup and then Duration, Rounds times, in rounds shuffled with Seed.
+// With MaxWarmup above Warmup, each point warms up until its rate is
+// steady, for at least Warmup and at most MaxWarmup (Params.MaxWarmup).
 type Schedule struct {
 	Seed             int64
 	Rounds           int
 	Warmup, Duration time.Duration
+	MaxWarmup        time.Duration
 	// Step, if not nil, is told of each point ("SIZE RUN") before it is
 	// measured.
 	Step func(label string)
@@ -109,7 +113,11 @@ func (s Schedule) Run(ctx context.Context, sizes []int, pointsFor func(size int)
 				if s.Step != nil {
 					s.Step(fmt.Sprintf("%s %s", SizeName(size), pts[i].Run))
 				}
-				r, err := Measure(ctx, pts[i], s.Warmup, s.Duration)
+				pt := pts[i]
+				if s.MaxWarmup > 0 {
+					pt.Params.MaxWarmup = s.MaxWarmup
+				}
+				r, err := Measure(ctx, pt, s.Warmup, s.Duration)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", SizeName(size), pts[i].Run, err)
 				}
@@ -132,9 +140,13 @@ func median(rs []Result) Result {
 	slices.SortFunc(sorted, func(a, b Result) int { return cmp.Compare(a.GBps(), b.GBps()) })
 	m := sorted[(len(sorted)-1)/2]
 	m.Rounds, m.MinGBps, m.MaxGBps = len(rs), sorted[0].GBps(), sorted[len(sorted)-1].GBps()
-	m.RoundGBps = nil
+	m.RoundGBps, m.RoundWarmups, m.UnsteadyRounds = nil, nil, 0
 	for _, r := range rs {
 		m.RoundGBps = append(m.RoundGBps, r.GBps())
+		m.RoundWarmups = append(m.RoundWarmups, r.Warmup)
+		if r.Unsteady {
+			m.UnsteadyRounds++
+		}
 	}
 	return m
 }

@@ -31,13 +31,16 @@ import (
 // The server handles one connection at a time (as iperf3 does), so that
 // measurements do not share the machine.
 type request struct {
-	Test     string        `json:"test"`
-	Size     int           `json:"size"`
-	Warmup   time.Duration `json:"warmup_ns"`
-	Duration time.Duration `json:"duration_ns"`
-	Wait     string        `json:"wait,omitempty"`
-	Verify   bool          `json:"verify,omitempty"`
-	Seed     int64         `json:"seed,omitempty"`
+	Test   string        `json:"test"`
+	Size   int           `json:"size"`
+	Warmup time.Duration `json:"warmup_ns"`
+	// MaxWarmup, above Warmup: warm up until the rate is steady, for at
+	// most MaxWarmup (Params.MaxWarmup).
+	MaxWarmup time.Duration `json:"warmup_max_ns,omitempty"`
+	Duration  time.Duration `json:"duration_ns"`
+	Wait      string        `json:"wait,omitempty"`
+	Verify    bool          `json:"verify,omitempty"`
+	Seed      int64         `json:"seed,omitempty"`
 }
 
 type reply struct {
@@ -47,6 +50,16 @@ type reply struct {
 	CPUProc   time.Duration `json:"cpu_process_ns"` // -1 if unknown
 	CPUThread time.Duration `json:"cpu_thread_ns"`
 	CC        string        `json:"cc"`
+	// The warm-up the server's side took, and whether it stopped at
+	// MaxWarmup without a steady rate.
+	Warmed   time.Duration `json:"warmup_taken_ns,omitempty"`
+	Unsteady bool          `json:"unsteady,omitempty"`
+}
+
+// warmed returns the warm-up win took, for a reply.
+func (r reply) warmed(win *window) reply {
+	r.Warmed, r.Unsteady = win.start, win.unsteady
+	return r
 }
 
 const maxHeader = 1 << 16
@@ -198,7 +211,7 @@ func (s *TCPServer) stream(c *net.TCPConn, req request) error {
 	var bytes int64
 	var start time.Time
 	var m [2]mark
-	win := window{warmup: req.Warmup, d: req.Duration}
+	win := newWindow(req.Warmup, req.MaxWarmup, req.Duration)
 	for {
 		k, err := c.Read(buf)
 		if req.Verify && k > 0 {
@@ -219,13 +232,13 @@ func (s *TCPServer) stream(c *net.TCPConn, req request) error {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		switch win.check(time.Since(start)) {
+		switch win.check(time.Since(start), bytes) {
 		case edgeStart:
 			m[0] = takeMark(bytes, 0)
 		case edgeEnd:
 			m[1] = takeMark(bytes, 0)
 			r := reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
-				CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread), CC: connCongestion(c)}
+				CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread), CC: connCongestion(c)}.warmed(&win)
 			if err := writeMsg(c, r); err != nil {
 				return err
 			}
@@ -288,7 +301,7 @@ func (np *netPair) Close() error { return np.c.Close() }
 func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (Result, error) {
 	stop := context.AfterFunc(ctx, func() { np.c.Close() })
 	defer stop()
-	req := request{Test: "stream", Size: np.p.Size, Warmup: warmup, Duration: d, Verify: np.p.Verify, Seed: np.p.Seed}
+	req := request{Test: "stream", Size: np.p.Size, Warmup: warmup, MaxWarmup: np.p.MaxWarmup, Duration: d, Verify: np.p.Verify, Seed: np.p.Seed}
 	if err := writeMsg(np.c, req); err != nil {
 		return Result{}, err
 	}
@@ -322,7 +335,7 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 			break
 		}
 		msgs++
-		if win.phase == 0 && win.check(time.Since(start)) == edgeStart {
+		if win.phase == 0 && win.check(time.Since(start), 0) == edgeStart {
 			m[0] = takeMark(0, msgs)
 		}
 	}
@@ -341,7 +354,7 @@ func (np *netPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 	np.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	io.Copy(io.Discard, np.c)
 	r := Result{Bytes: rep.Bytes, Elapsed: rep.Elapsed, CPUSend: -1, CPURecv: rep.CPUProc, CPUTotal: -1,
-		Note: "congestion control " + rep.CC}
+		Note: "congestion control " + rep.CC, Warmup: rep.Warmed, Unsteady: rep.Unsteady}
 	span := m[1].at.Sub(m[0].at)
 	if win.phase != 1 {
 		span = 0 // the interval never started

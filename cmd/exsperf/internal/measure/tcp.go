@@ -135,7 +135,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 	var rm [2]mark
 	var bytes int64
 	start := time.Now()
-	win := window{warmup: warmup, d: d}
+	win := newWindow(warmup, tp.p.MaxWarmup, d)
 	var rerr error
 	for n := 0; ; n++ {
 		k, err := tp.r.Read(buf)
@@ -150,7 +150,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 			rerr = fmt.Errorf("tcp anchor: %w", err)
 			break
 		}
-		if e := win.check(time.Since(start)); e != edgeNone {
+		if e := win.check(time.Since(start), bytes); e != edgeNone {
 			rm[e-1] = takeMark(bytes, 0)
 			phase.Store(int32(e))
 			if e == edgeEnd {
@@ -178,6 +178,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 		CPUSend: cpuDelta(wm[0].thread, wm[1].thread), CPURecv: cpuDelta(rm[0].thread, rm[1].thread),
 		CPUTotal: cpuDelta(rm[0].proc, rm[1].proc),
 		Note:     "congestion control " + tp.cc,
+		Warmup:   win.start, Unsteady: win.unsteady,
 	}, nil
 }
 
