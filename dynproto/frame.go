@@ -54,7 +54,8 @@ const (
 	// a DIRECT frame (with Len 0) the sender refused to write it; on an ACK
 	// the last message counted in Msgs was discarded by the receiver.
 	FlagTooLong
-	// FlagSlot returns the peer's credit slot (see Engine's flow control).
+	// FlagSlot returns the peer's credit slot (frame flow control,
+	// docs/protocol.md departure 7).
 	FlagSlot
 	// FlagHeld, on any frame, says that the sending end's receiver has
 	// ADVERTs out, or will send some without more data from the stream

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 // randomConfig draws a world: engine settings shared by both ends, and a

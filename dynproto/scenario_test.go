@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/dynproto/internal/mut"
 )
 
 func scenarioConfig() dynproto.Config {
@@ -104,7 +105,7 @@ func TestSlidesScenario(t *testing.T) {
 	p.deliverCtlFrames(len(p.ctl))
 	p.send(5, 1)
 	st := p.S.Stats()
-	if dynproto.ActiveMutant() == "mut_nophasejump" {
+	if mut.Active == "mut_nophasejump" {
 		// Without the jump the sender stays in phase 2: A3 is stale by
 		// phase, A4 and A5 by sequence number, but A6 (P_A = 3 > 2,
 		// S_A = 6 = S_S) looks fresh.

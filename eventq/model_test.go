@@ -113,7 +113,25 @@ func runModel(t *testing.T, depth int, ops []byte) {
 			k := arg % (m.reserved + 1)
 			q.Unreserve(k)
 			m.reserved -= k
-		case 6: // PostReserved
+		case 6: // PostReserved, or PostReservedBatch for one arg in four
+			if arg%4 == 3 {
+				evs := seq(next, arg/4%(depth+2))
+				next += len(evs)
+				var w error
+				switch {
+				case len(evs) == 0:
+				case len(evs) > m.reserved:
+					w = ErrInvalid
+				case m.closed:
+					m.reserved -= len(evs)
+					w = ErrClosed
+				default:
+					m.reserved -= len(evs)
+					m.events = append(m.events, evs...)
+				}
+				want(i, "PostReservedBatch", q.PostReservedBatch(evs), w)
+				continue
+			}
 			var w error
 			switch {
 			case m.reserved == 0:

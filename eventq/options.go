@@ -51,18 +51,4 @@ type Options struct {
 	// SpinTime is how long Adaptive spins before blocking. Zero means
 	// DefaultSpinTime; negative is invalid. Other modes ignore it.
 	SpinTime time.Duration
-
-	// Progress, if not nil, is work a waiter can do itself that may post
-	// events: a completion queue's provider, for example, whose receive
-	// processing the goroutine that waits for its completions can run
-	// instead of a goroutine of its own. A spinning wait calls it before
-	// each check of the queue. It must not block or call back into the
-	// queue's waiting operations, and it reports whether it did anything.
-	Progress func() bool
-	// BeforeBlock, if not nil, is called once each time a waiting
-	// operation is about to block (Adaptive after its spin, Notify at
-	// once), so that whoever else can do the Progress work takes it over
-	// while nobody spins. It must not block or call back into the queue's
-	// waiting operations.
-	BeforeBlock func()
 }

@@ -4,21 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exsgo/exs/internal/spin"
 )
-
-// spinIterCost is the assumed least cost of one spin iteration. It bounds
-// the number of iterations of an Adaptive spin (SpinTime/spinIterCost) as
-// well as its duration, so that the spin also ends where the clock does not
-// move while goroutines run (testing/synctest).
-const spinIterCost = 20 * time.Nanosecond
-
-// clockEvery is how many spin iterations pass between readings of the
-// clock, for the spin time and the deadline.
-const clockEvery = 8
 
 // Queue is a bounded FIFO of events of type T.
 //
@@ -55,11 +46,8 @@ type Queue[T any] struct {
 	avail    atomic.Int64
 	isClosed atomic.Bool
 
-	mode        WaitMode
-	spin        time.Duration
-	spinIter    int
-	progress    func() bool // Options.Progress
-	beforeBlock func()      // Options.BeforeBlock
+	mode WaitMode
+	spin time.Duration
 }
 
 // waiter is one goroutine blocked in a waiting operation. Waiters are
@@ -88,22 +76,18 @@ func New[T any](depth int, opts Options) (*Queue[T], error) {
 	if mode > Notify {
 		return nil, fmt.Errorf("%w: wait mode %v", ErrInvalid, mode)
 	}
-	spin := opts.SpinTime
-	if spin < 0 {
-		return nil, fmt.Errorf("%w: spin time %v", ErrInvalid, spin)
+	d := opts.SpinTime
+	if d < 0 {
+		return nil, fmt.Errorf("%w: spin time %v", ErrInvalid, d)
 	}
-	if spin == 0 {
-		spin = DefaultSpinTime
+	if d == 0 {
+		d = DefaultSpinTime
 	}
 	q := &Queue[T]{
-		buf:      make([]T, depth),
-		minWant:  math.MaxInt,
-		mode:     mode,
-		spin:     spin,
-		spinIter: max(1, int(spin/spinIterCost)),
-
-		progress:    opts.Progress,
-		beforeBlock: opts.BeforeBlock,
+		buf:     make([]T, depth),
+		minWant: math.MaxInt,
+		mode:    mode,
+		spin:    d,
 	}
 	return q, nil
 }
@@ -260,6 +244,36 @@ func (q *Queue[T]) PostReserved(ev T) error {
 	}
 	// Len()+Reserved() <= Cap() held with the reservation, so there is room.
 	q.pushLocked(ev)
+	q.postedLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+// PostReservedBatch appends the events of evs, in order, using one
+// reservation each, under one lock and with one wake-up of the waiters: as
+// len(evs) calls of PostReserved, without anything between them. It
+// returns ErrInvalid, queuing nothing and consuming nothing, if fewer than
+// len(evs) reservations are held, and ErrClosed after Close (the
+// reservations are consumed and nothing is queued); an empty evs does
+// nothing and returns nil. Like Post it never blocks and does not
+// allocate.
+func (q *Queue[T]) PostReservedBatch(evs []T) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	if q.reserved < len(evs) {
+		q.mu.Unlock()
+		return errNoReservation
+	}
+	q.reserved -= len(evs)
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	for i := range evs {
+		q.pushLocked(evs[i])
+	}
 	q.postedLocked()
 	q.mu.Unlock()
 	return nil
@@ -505,11 +519,14 @@ func (q *Queue[T]) spinWait(events []T, min int, peek bool, deadline time.Time, 
 	q.avail.Store(int64(q.n))
 	q.mu.Unlock()
 
-	start := time.Now()
-	for i := 0; ; i++ {
-		if q.progress != nil {
-			q.progress()
-		}
+	sp := spin.Spin{}
+	if q.mode == Adaptive {
+		sp = spin.For(q.spin)
+	}
+	if hasDeadline {
+		sp.SetDeadline(deadline)
+	}
+	for {
 		if q.avail.Load() >= need || q.isClosed.Load() {
 			q.mu.Lock()
 			k, ok, err := q.tryLocked(events, min, peek)
@@ -528,21 +545,15 @@ func (q *Queue[T]) spinWait(events []T, min int, peek bool, deadline time.Time, 
 			default:
 			}
 		}
-		if i%clockEvery != 0 { // reading the clock costs about as much as yielding
-			runtime.Gosched()
-			continue
-		}
-		now := time.Now()
-		if hasDeadline && !now.Before(deadline) {
+		switch sp.Next() {
+		case spin.Expired:
 			q.mu.Lock()
 			k, err := q.expireLocked(events, min, peek, ErrTimeout)
 			q.mu.Unlock()
 			return k, true, err
-		}
-		if q.mode == Adaptive && (i >= q.spinIter || now.Sub(start) >= q.spin) {
+		case spin.Block:
 			return 0, false, nil
 		}
-		runtime.Gosched()
 	}
 }
 
@@ -555,9 +566,6 @@ func (q *Queue[T]) blockWait(events []T, min int, peek bool, deadline time.Time,
 		claim = 0
 	}
 	need := max(min, 1)
-	if q.beforeBlock != nil {
-		q.beforeBlock()
-	}
 
 	q.mu.Lock()
 	w := q.getWaiterLocked()

@@ -586,13 +586,18 @@ func TestReservations(t *testing.T) {
 		{"PostReserved 2", func() error { return q.PostReserved(2) }, nil, 3, 1},
 		{"PostReserved 3 fills the queue", func() error { return q.PostReserved(3) }, nil, 4, 0},
 		{"PostReserved without reservation", func() error { return q.PostReserved(99) }, ErrInvalid, 4, 0},
-		{"dequeue 2", func() error { q.TryDequeue(make([]int, 2)); return nil }, nil, 2, 0},
+		{"dequeue 3", func() error { q.TryDequeue(make([]int, 3)); return nil }, nil, 1, 0},
+		{"Reserve 2", func() error { return q.Reserve(2) }, nil, 1, 2},
+		{"PostReservedBatch beyond the reservations", func() error { return q.PostReservedBatch([]int{99, 99, 99}) }, ErrInvalid, 1, 2},
+		{"PostReservedBatch 2", func() error { return q.PostReservedBatch([]int{4, 5}) }, nil, 3, 0},
+		{"PostReservedBatch of nothing", func() error { return q.PostReservedBatch(nil) }, nil, 3, 0},
+		{"dequeue 1", func() error { q.TryDequeue(make([]int, 1)); return nil }, nil, 2, 0},
 		{"Reserve 2", func() error { return q.Reserve(2) }, nil, 2, 2},
 		{"Post with all room reserved", func() error { return q.Post(99) }, ErrFull, 2, 2},
 		{"Unreserve 1", func() error { q.Unreserve(1); return nil }, nil, 2, 1},
-		{"Post into the returned slot", func() error { return q.Post(4) }, nil, 3, 1},
+		{"Post into the returned slot", func() error { return q.Post(6) }, nil, 3, 1},
 		{"Close", func() error { return q.Close() }, nil, 3, 1},
-		{"PostReserved after Close consumes it", func() error { return q.PostReserved(99) }, ErrClosed, 3, 0},
+		{"PostReservedBatch after Close consumes them", func() error { return q.PostReservedBatch([]int{99}) }, ErrClosed, 3, 0},
 		{"PostReserved after Close without one", func() error { return q.PostReserved(99) }, ErrInvalid, 3, 0},
 	}
 	for _, s := range steps {
@@ -606,7 +611,7 @@ func TestReservations(t *testing.T) {
 	}
 	evs := make([]int, 8)
 	n := q.TryDequeue(evs)
-	if diff := cmp.Diff([]int{2, 3, 4}, evs[:n]); diff != "" {
+	if diff := cmp.Diff([]int{4, 5, 6}, evs[:n]); diff != "" {
 		t.Errorf("events left (-want +got):\n%s", diff)
 	}
 }

@@ -177,9 +177,18 @@ func TestQcreateBadInput(t *testing.T) {
 		_, err := st.Qcreate(depth)
 		checkErr(t, "depth", err, "qcreate", exs.ErrInvalid)
 	}
-	_, err := st.Qcreate(1, exs.WithMode(exs.ModeDynamic))
-	checkErr(t, "socket option on a queue", err, "qcreate", exs.ErrInvalid)
-	_, err = st.Qcreate(1, exs.WithWaitMode(0))
+	// An option where it does not apply does not compile; the types say
+	// where each applies.
+	if _, ok := any(exs.WithMode(exs.ModeDynamic)).(exs.QueueOption); ok {
+		t.Error("WithMode is a QueueOption")
+	}
+	if _, ok := any(exs.WithProvider("x", nil)).(exs.SocketOption); ok {
+		t.Error("WithProvider is a SocketOption")
+	}
+	if _, ok := any(exs.WithSpinTime(0)).(exs.QueueOption); !ok {
+		t.Error("WithSpinTime is not a QueueOption")
+	}
+	_, err := st.Qcreate(1, exs.WithWaitMode(0))
 	checkErr(t, "wait mode 0", err, "qcreate", exs.ErrInvalid)
 	_, err = st.Qcreate(1, exs.WithSpinTime(-1))
 	checkErr(t, "negative spin", err, "qcreate", exs.ErrInvalid)
@@ -205,10 +214,11 @@ func TestOptionsBadInput(t *testing.T) {
 	st := newStack(t)
 	tests := []struct {
 		name string
-		opt  exs.Option
+		opt  exs.SocketOption
 	}{
 		{"nil", nil},
-		{"provider on a socket", exs.WithProvider("x", nil)},
+		{"nil logger", exs.WithLogger(nil)},
+		{"connect timeout 0", exs.WithConnectTimeout(0)},
 		{"mode 0", exs.WithMode(0)},
 		{"mode 4", exs.WithMode(4)},
 		{"stream buffer 0", exs.WithStreamBuffer(0)},

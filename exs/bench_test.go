@@ -35,7 +35,10 @@ func outstandingFor(size int) int {
 // the in-process provider: one goroutine keeps k sends and k WAITALL recvs
 // of size bytes posted on registered buffers, reposting each as its event
 // arrives; one iteration is one message received. BenchmarkCopy is the
-// anchor: one copy() of the same size, in the same run.
+// anchor: one copy() of the same size, in the same run. cpu-ns/op is the
+// process's CPU time (user and system) per message: with -cpu 1, the work
+// of both ends and of the goroutine hand-offs, less sensitive to a loaded
+// machine than ns/op.
 func BenchmarkSendRecv(b *testing.B) {
 	for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
 		for _, size := range benchSizes {
@@ -59,7 +62,7 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-func benchStream(b *testing.B, size int, opts ...exs.Option) {
+func benchStream(b *testing.B, size int, opts ...exs.SocketOption) {
 	k := outstandingFor(size)
 	opts = append(opts, exs.WithOutstanding(k, k))
 	p := connect(b, exs.SockStream, opts...)
@@ -92,6 +95,7 @@ func benchStream(b *testing.B, size int, opts ...exs.Option) {
 	received := 0 // recv events not yet counted by an iteration
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	for b.Loop() {
 		for received == 0 {
 			n, err := q.Dequeue(evs, 1, 10*time.Second)
@@ -113,6 +117,9 @@ func benchStream(b *testing.B, size int, opts ...exs.Option) {
 		received--
 	}
 	b.StopTimer()
+	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
 	cs := p.client.Stats()
 	total := cs.BytesDirect + cs.BytesIndirect
 	if total > 0 {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/eventq"
+	"github.com/exsgo/exs/internal/fifo"
+	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -108,7 +107,7 @@ type conn struct {
 	recvSGE   [1]verbs.SGE
 	wcs       []verbs.WC
 	acts      []dynproto.Action
-	backlog   actionFIFO // actions waiting for room in the send queue
+	backlog   fifo.Queue[dynproto.Action] // actions waiting for room in the send queue
 	cmds      []int32
 	shutOps   []int32
 	pending   error // a failure to handle at the next safe point
@@ -132,7 +131,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		}
 	}()
 	c.sendDepth = sendDepthFor(cfg.frames)
-	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, eventq.Options{Mode: eventq.Notify}); err != nil {
+	if c.cq, err = d.dev.CreateCQ(c.sendDepth+cfg.frames+1, verbs.CQOptions{Wait: verbs.WaitNotify}); err != nil {
 		return
 	}
 	c.qp, err = d.pd.CreateQP(verbs.QPConfig{
@@ -142,6 +141,12 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 		RecvDepth:  cfg.frames + 1,
 		MaxSendSGE: maxGather,
 		MaxRecvSGE: 1,
+		// The protocol writes only into memory the peer granted and
+		// announces each write with a later frame, so a transfer's
+		// bytes may be placed while the previous transfer's frame is
+		// still in flight: over the same-host provider the sender then
+		// copies each transfer itself.
+		RelaxedWritePlacement: true,
 	})
 	if err != nil {
 		return
@@ -229,7 +234,10 @@ func (c *conn) destroy() {
 		}
 	}
 	if c.ring != nil {
-		if c.ringMR == nil || c.ringMR.Deregister() == nil {
+		// The queue pair is closed, but a peer's write into the stream
+		// buffer may still be being placed: wait for it, or the buffer
+		// would stay registered (and allocated) for good.
+		if c.ringMR == nil || deregisterWait(c.ringMR) == nil {
 			if c.ringAlloc != nil {
 				c.ringAlloc.Free(c.ring)
 			} else {
@@ -271,6 +279,13 @@ func (s *Socket) connectLoop(idx int32) {
 	}
 	if err != nil {
 		s.log.Debug("connect failed", zap.String("addr", s.addr), zap.Error(err))
+		// The socket takes no more operations before its connect's event
+		// can be seen: those posted already fail with the connect's error.
+		s.mu.Lock()
+		if !s.closing {
+			s.state = sockFailed
+		}
+		s.mu.Unlock()
 		s.complete(idx, 0, err, nil)
 		s.flushDone()
 		s.finish(err, 1)
@@ -432,8 +447,8 @@ func (c *conn) apply() {
 func (c *conn) exec() {
 	for i := range c.acts {
 		a := &c.acts[i]
-		if c.backlog.len() > 0 || !c.do(a) {
-			c.backlog.push(*a)
+		if c.backlog.Len() > 0 || !c.do(a) {
+			c.backlog.Push(*a)
 		}
 	}
 	c.acts = c.acts[:0]
@@ -448,8 +463,8 @@ func (c *conn) exec() {
 
 // drainBacklog carries out waiting actions while there is room.
 func (c *conn) drainBacklog() {
-	for c.backlog.len() > 0 && c.do(c.backlog.peek()) {
-		c.backlog.pop()
+	for c.backlog.Len() > 0 && c.do(c.backlog.At(0)) {
+		c.backlog.Pop()
 	}
 	c.flush()
 }
@@ -478,7 +493,7 @@ func (c *conn) do(a *dynproto.Action) bool {
 		}
 		s.complete(int32(a.ID), a.Len, a.Err, nil)
 		if a.EOF {
-			s.done[len(s.done)-1].ev.EOF = true
+			s.doneEv[len(s.doneEv)-1].EOF = true
 		}
 	}
 	return true
@@ -596,7 +611,7 @@ func (c *conn) poll() bool {
 		c.onWC(&c.wcs[i])
 	}
 	c.exec()
-	if c.backlog.len() > 0 {
+	if c.backlog.Len() > 0 {
 		c.drainBacklog()
 		c.exec()
 	}
@@ -756,25 +771,13 @@ func (c *conn) close() {
 }
 
 // idle waits for work: a posted operation, a close, a completion. In
-// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins. While
-// it spins it runs the provider's receive work itself (CQ.Progress); before
-// it blocks it hands that work back (CQ.Unpoll).
+// WaitAdaptive mode it spins first, in WaitBusyPoll it only spins.
 func (c *conn) idle() {
 	s := c.s
-	if s.cfg.wait != WaitNotify {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if s.ncmd.Load() != 0 || c.cq.Len() != 0 || c.cq.Progress() {
-				return
-			}
-			runtime.Gosched()
-			if s.cfg.wait == WaitAdaptive && i%8 == 0 && time.Since(start) >= s.cfg.spin {
-				break
-			}
-		}
+	if s.cfg.wait != WaitNotify && c.spin() {
+		return
 	}
 	s.sleeping.Store(true)
-	c.cq.Unpoll()
 	c.cq.RequestNotify()
 	if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
 		s.sleeping.Store(false)
@@ -788,31 +791,18 @@ func (c *conn) idle() {
 	s.gstats.Wakeups++
 }
 
-// actionFIFO is a queue of actions whose storage is reused.
-type actionFIFO struct {
-	buf  []dynproto.Action
-	head int
-}
-
-func (q *actionFIFO) len() int { return len(q.buf) - q.head }
-
-func (q *actionFIFO) peek() *dynproto.Action { return &q.buf[q.head] }
-
-func (q *actionFIFO) push(a dynproto.Action) {
-	if q.head > 0 && len(q.buf) == cap(q.buf) {
-		n := copy(q.buf, q.buf[q.head:])
-		clear(q.buf[n:])
-		q.buf = q.buf[:n]
-		q.head = 0
+// spin waits for work by spinning, for the spin time in WaitAdaptive mode,
+// and reports whether work came.
+func (c *conn) spin() bool {
+	s := c.s
+	sp := spin.Spin{}
+	if s.cfg.wait == WaitAdaptive {
+		sp = spin.For(s.cfg.spin)
 	}
-	q.buf = append(q.buf, a)
-}
-
-func (q *actionFIFO) pop() {
-	q.buf[q.head] = dynproto.Action{}
-	q.head++
-	if q.head == len(q.buf) {
-		q.buf = q.buf[:0]
-		q.head = 0
+	for s.ncmd.Load() == 0 && c.cq.Len() == 0 {
+		if sp.Next() != spin.Again {
+			return false
+		}
 	}
+	return true
 }

@@ -487,11 +487,11 @@ func TestConnectRefused(t *testing.T) {
 func TestConnectMismatch(t *testing.T) {
 	tests := []struct {
 		name       string
-		ln, cl     []exs.Option
+		ln, cl     []exs.SocketOption
 		lnT, clT   exs.SockType
 		wantSubstr string
 	}{
-		{"mode", []exs.Option{exs.WithMode(exs.ModeDynamic)}, []exs.Option{exs.WithMode(exs.ModeDirectOnly)}, exs.SockStream, exs.SockStream, "protocol mode direct-only, peer dynamic"},
+		{"mode", []exs.SocketOption{exs.WithMode(exs.ModeDynamic)}, []exs.SocketOption{exs.WithMode(exs.ModeDirectOnly)}, exs.SockStream, exs.SockStream, "protocol mode direct-only, peer dynamic"},
 		{"type", nil, nil, exs.SockStream, exs.SockSeqPacket, "socket type seqpacket, peer stream"},
 	}
 	for _, tt := range tests {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
@@ -37,7 +36,7 @@ func newRawPeer(t *testing.T, p verbs.Provider, addr string, h hello) (*rawPeer,
 	}
 	t.Cleanup(func() { r.dev.Close() })
 	r.pd, _ = r.dev.AllocPD()
-	r.cq, _ = r.dev.CreateCQ(64, eventq.Options{})
+	r.cq, _ = r.dev.CreateCQ(64, verbs.CQOptions{})
 	if r.qp, err = r.pd.CreateQP(verbs.QPConfig{SendCQ: r.cq, RecvCQ: r.cq}); err != nil {
 		t.Fatal(err)
 	}

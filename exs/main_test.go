@@ -33,7 +33,7 @@ func testAddr(t testing.TB) string {
 }
 
 // newStack returns a stack closed at the end of the test.
-func newStack(t testing.TB, opts ...exs.Option) *exs.Stack {
+func newStack(t testing.TB, opts ...exs.StackOption) *exs.Stack {
 	t.Helper()
 	st, err := exs.NewStack(opts...)
 	if err != nil {
@@ -100,14 +100,14 @@ type pair struct {
 
 // connect makes a connected pair with the given socket options, on a new
 // stack with stack options sopts.
-func connect(t testing.TB, typ exs.SockType, opts ...exs.Option) *pair {
+func connect(t testing.TB, typ exs.SockType, opts ...exs.SocketOption) *pair {
 	t.Helper()
 	st := newStack(t)
 	return connectOn(t, st, st, typ, opts...)
 }
 
 // connectOn makes a listener on stack a and a client on stack b.
-func connectOn(t testing.TB, a, b *exs.Stack, typ exs.SockType, opts ...exs.Option) *pair {
+func connectOn(t testing.TB, a, b *exs.Stack, typ exs.SockType, opts ...exs.SocketOption) *pair {
 	t.Helper()
 	p := &pair{st: a, q: newQueue(t, a, 64)}
 	qb := p.q

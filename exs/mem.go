@@ -117,7 +117,9 @@ func (st *Stack) Mregister(buf []byte, access Access) (*MHandle, error) {
 }
 
 // Mderegister deregisters h. It returns an error matching ErrBusy (and
-// mreg.ErrBusy) while operations that name h are outstanding, leaving h
+// mreg.ErrBusy) while operations that name h are outstanding, or while a
+// peer's write into h, under way when its recv completed or its connection
+// ended, is still being placed (for a moment: retry), leaving h
 // registered; an error matching ErrInvalid and mreg.ErrDeregistered if h
 // was already deregistered; and ErrInvalid for a nil handle or one of
 // another stack. After success, operations naming h fail with ErrInvalid.
@@ -217,7 +219,9 @@ func addrOf(buf []byte) uint64 {
 // Allocator is an optional ability of a verbs.Provider: memory of its own
 // for registration. The same-host provider offers one (shm.Provider.Alloc
 // and Free): memory that peers on the host map, so that they write it with
-// a plain copy, without a system call.
+// a plain copy, without a system call. Stack.Alloc and the stream buffers
+// use it; an Allocator should return memory already faulted in, as the
+// same-host provider's does.
 type Allocator interface {
 	Alloc(n int) ([]byte, error)
 	Free(b []byte) error
@@ -227,8 +231,12 @@ type Allocator interface {
 // the allocator of the first of the stack's providers (in the order of
 // their schemes) that offers one (Allocator), otherwise, or if that
 // allocator fails (the same-host provider's outside Linux, or without
-// memfd), from mreg.Alloc. Return it with Free once every handle on it is
-// deregistered. Alloc returns an error matching ErrInvalid if n is not
+// memfd), from mreg.Alloc. On Linux both populate the memory before they
+// return it (every page allocated and mapped, and mapped likewise by a peer
+// that maps it), so that the first transfers run at full speed: the page
+// faults a first write would take, about 1-3 ms per MiB on a virtual
+// machine, are taken by Alloc instead. Allocate once and reuse. Return it
+// with Free once every handle on it is deregistered. Alloc returns an error matching ErrInvalid if n is not
 // positive, and ErrClosed after Stack.Close (Free still takes memory back
 // then).
 func (st *Stack) Alloc(n int) ([]byte, error) {

@@ -168,49 +168,99 @@ const (
 	MaxBacklog = 1 << 16
 )
 
-// Option configures a Stack (NewStack), a Socket (Stack.Socket) or a
-// Queue (Stack.Qcreate). Options a socket accepts and does not get are
-// taken from its stack's; a socket accepted on a listening socket takes
-// the listening socket's. Each option's doc says where it applies; given
-// elsewhere it makes the call fail with ErrInvalid.
-type Option interface {
-	apply(*config)
+// Options come in three types, one per call that takes them, so that an
+// option given where it does not apply is a compile-time error:
+//
+//   - StackOption, for NewStack: every option. The socket and queue options
+//     given to NewStack become the defaults of the stack's sockets and
+//     queues; WithProvider applies to the stack alone.
+//   - SocketOption, for Stack.Socket: a socket accepted on a listening
+//     socket takes the listening socket's settings.
+//   - QueueOption, for Stack.Qcreate.
+//
+// A bad value (a negative size, an unknown mode, a nil logger) makes the
+// call fail with an error matching ErrInvalid that names it; nothing is
+// ignored.
+type StackOption interface {
+	applyStack(*config) error
 }
 
-// Scopes an option applies to.
-const (
-	scopeStack uint8 = 1 << iota
-	scopeSocket
-	scopeQueue
-)
-
-func scopeName(s uint8) string {
-	switch s {
-	case scopeStack:
-		return "NewStack"
-	case scopeSocket:
-		return "Socket"
-	}
-	return "Qcreate"
+// SocketOption configures a Socket (Stack.Socket), or, given to NewStack,
+// every socket of the stack by default. See StackOption.
+type SocketOption interface {
+	StackOption
+	applySocket(*config) error
 }
 
-type option struct {
-	name   string
-	scopes uint8
-	f      func(*config) error
+// QueueOption configures a Queue (Stack.Qcreate), or, given to NewStack,
+// every queue of the stack by default. See StackOption.
+type QueueOption interface {
+	StackOption
+	applyQueue(*config) error
 }
 
-func (o option) apply(c *config) {
-	if c.err != nil {
-		return
+// WaitOption configures how idle goroutines wait: a socket's and a
+// queue's. It is a SocketOption and a QueueOption.
+type WaitOption interface {
+	SocketOption
+	QueueOption
+}
+
+// socketOpt is a socket option: set checks the value and sets it.
+type socketOpt struct{ set func(*config) error }
+
+func (o socketOpt) applyStack(c *config) error  { return o.set(c) }
+func (o socketOpt) applySocket(c *config) error { return o.set(c) }
+
+// waitOpt is an option of sockets and queues.
+type waitOpt struct{ set func(*config) error }
+
+func (o waitOpt) applyStack(c *config) error  { return o.set(c) }
+func (o waitOpt) applySocket(c *config) error { return o.set(c) }
+func (o waitOpt) applyQueue(c *config) error  { return o.set(c) }
+
+// stackOnly is an option that applies to the stack alone.
+type stackOnly struct{ set func(*config) error }
+
+func (o stackOnly) applyStack(c *config) error { return o.set(c) }
+
+// applyStackOptions applies opts to c.
+func (c *config) applyStackOptions(opts []StackOption) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		if err := o.applyStack(c); err != nil {
+			return err
+		}
 	}
-	if o.scopes&c.scope == 0 {
-		c.err = fmt.Errorf("%w: option %s does not apply to %s", ErrInvalid, o.name, scopeName(c.scope))
-		return
+	return nil
+}
+
+// applySocketOptions applies opts to c.
+func (c *config) applySocketOptions(opts []SocketOption) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		if err := o.applySocket(c); err != nil {
+			return err
+		}
 	}
-	if err := o.f(c); err != nil {
-		c.err = err
+	return nil
+}
+
+// applyQueueOptions applies opts to c.
+func (c *config) applyQueueOptions(opts []QueueOption) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		if err := o.applyQueue(c); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // providerEntry is a provider named by its address scheme.
@@ -221,9 +271,6 @@ type providerEntry struct {
 
 // config holds the settings options make.
 type config struct {
-	scope uint8
-	err   error
-
 	providers []providerEntry
 	logger    *zap.Logger
 	mode      Mode
@@ -250,18 +297,6 @@ func defaultConfig() config {
 	}
 }
 
-// applyOptions applies opts to c in scope.
-func (c *config) applyOptions(scope uint8, opts []Option) error {
-	c.scope, c.err = scope, nil
-	for _, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: nil option", ErrInvalid)
-		}
-		o.apply(c)
-	}
-	return c.err
-}
-
 // WithProvider makes the stack reach addresses "scheme:..." through p. The
 // whole address, scheme included, goes to p, so scheme is the one p's
 // addresses use ("inproc" for package inproc, "shm" for package shm). The
@@ -273,10 +308,9 @@ func (c *config) applyOptions(scope uint8, opts []Option) error {
 // binds; Linux only), and "tcp", the provider across hosts of package tcp
 // ("tcp:HOST:PORT", iWARP over TCP; Linux only). WithProvider with one of
 // these schemes replaces the default one, for instance to give the
-// same-host provider options or to read its statistics. It applies to
-// NewStack only.
-func WithProvider(scheme string, p verbs.Provider) Option {
-	return option{"WithProvider", scopeStack, func(c *config) error {
+// same-host provider options or to read its statistics.
+func WithProvider(scheme string, p verbs.Provider) StackOption {
+	return stackOnly{func(c *config) error {
 		if scheme == "" || strings.ContainsRune(scheme, ':') || p == nil {
 			return fmt.Errorf("%w: provider %q", ErrInvalid, scheme)
 		}
@@ -292,22 +326,22 @@ func WithProvider(scheme string, p verbs.Provider) Option {
 }
 
 // WithLogger logs connection events (connects, accepts, rejections,
-// resets, protocol errors; never one line per operation) to l. The default
-// is zap.NewNop(); a nil l keeps the current logger. It applies to
-// NewStack and Socket.
-func WithLogger(l *zap.Logger) Option {
-	return option{"WithLogger", scopeStack | scopeSocket, func(c *config) error {
-		if l != nil {
-			c.logger = l
+// resets, protocol errors; never one line per operation) to l, which must
+// not be nil. The default is zap.NewNop().
+func WithLogger(l *zap.Logger) SocketOption {
+	return socketOpt{func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger (zap.NewNop() logs nothing)", ErrInvalid)
 		}
+		c.logger = l
 		return nil
 	}}
 }
 
 // WithMode sets the protocol mode of connections. The default is
-// ModeDynamic. It applies to NewStack and Socket.
-func WithMode(m Mode) Option {
-	return option{"WithMode", scopeStack | scopeSocket, func(c *config) error {
+// ModeDynamic.
+func WithMode(m Mode) SocketOption {
+	return socketOpt{func(c *config) error {
 		if m < ModeDynamic || m > ModeIndirectOnly {
 			return fmt.Errorf("%w: mode %v", ErrInvalid, m)
 		}
@@ -322,9 +356,9 @@ func WithMode(m Mode) Option {
 // allocates none. The buffer comes from the allocator of the connection's
 // provider when it offers one (Allocator: the same-host provider's shared
 // memory, which the peer writes into with a plain copy), else from
-// mreg.Alloc. It applies to NewStack and Socket.
-func WithStreamBuffer(n int) Option {
-	return option{"WithStreamBuffer", scopeStack | scopeSocket, func(c *config) error {
+// mreg.Alloc.
+func WithStreamBuffer(n int) SocketOption {
+	return socketOpt{func(c *config) error {
 		if n < 1 || n > MaxStreamBuffer {
 			return fmt.Errorf("%w: stream buffer of %d bytes", ErrInvalid, n)
 		}
@@ -336,10 +370,9 @@ func WithStreamBuffer(n int) Option {
 // WithFrames sets how many protocol frame buffers (48 bytes each) a
 // connection end keeps posted for the peer's control messages, between 1
 // and MaxFrames (DefaultFrames by default). It bounds how many ADVERTs,
-// ACKs and transfer notices may be in flight. It applies to NewStack and
-// Socket.
-func WithFrames(n int) Option {
-	return option{"WithFrames", scopeStack | scopeSocket, func(c *config) error {
+// ACKs and transfer notices may be in flight.
+func WithFrames(n int) SocketOption {
+	return socketOpt{func(c *config) error {
 		if n < 1 || n > MaxFrames {
 			return fmt.Errorf("%w: %d frame buffers", ErrInvalid, n)
 		}
@@ -352,10 +385,9 @@ func WithFrames(n int) Option {
 // outstanding on a socket (posted, event not yet posted), each between 1
 // and MaxOutstanding (DefaultMaxSends and DefaultMaxRecvs by default); a
 // listening socket applies the recv limit to accepts. A post beyond the
-// limit fails with an error matching ErrWouldBlock. It applies to NewStack
-// and Socket.
-func WithOutstanding(sends, recvs int) Option {
-	return option{"WithOutstanding", scopeStack | scopeSocket, func(c *config) error {
+// limit fails with an error matching ErrWouldBlock.
+func WithOutstanding(sends, recvs int) SocketOption {
+	return socketOpt{func(c *config) error {
 		if sends < 1 || recvs < 1 || sends > MaxOutstanding || recvs > MaxOutstanding {
 			return fmt.Errorf("%w: outstanding limits %d and %d", ErrInvalid, sends, recvs)
 		}
@@ -366,9 +398,9 @@ func WithOutstanding(sends, recvs int) Option {
 
 // WithWaitMode sets how an idle goroutine waits: a Dequeue on the queue
 // (Qcreate), a socket's progress goroutine (Socket, NewStack). The default
-// is WaitAdaptive. It applies to NewStack, Socket and Qcreate.
-func WithWaitMode(m WaitMode) Option {
-	return option{"WithWaitMode", scopeStack | scopeSocket | scopeQueue, func(c *config) error {
+// is WaitAdaptive.
+func WithWaitMode(m WaitMode) WaitOption {
+	return waitOpt{func(c *config) error {
 		if m < WaitAdaptive || m > WaitNotify {
 			return fmt.Errorf("%w: wait mode %v", ErrInvalid, m)
 		}
@@ -378,10 +410,9 @@ func WithWaitMode(m WaitMode) Option {
 }
 
 // WithSpinTime sets how long WaitAdaptive spins before blocking
-// (DefaultSpinTime by default; zero means the default). It applies to
-// NewStack, Socket and Qcreate.
-func WithSpinTime(d time.Duration) Option {
-	return option{"WithSpinTime", scopeStack | scopeSocket | scopeQueue, func(c *config) error {
+// (DefaultSpinTime by default; zero means the default).
+func WithSpinTime(d time.Duration) WaitOption {
+	return waitOpt{func(c *config) error {
 		if d < 0 {
 			return fmt.Errorf("%w: spin time %v", ErrInvalid, d)
 		}
@@ -397,10 +428,9 @@ func WithSpinTime(d time.Duration) Option {
 // listening socket's accept: a connect not complete by then completes with
 // an error matching ErrTimedOut (ETIMEDOUT). d must be positive
 // (DefaultConnectTimeout by default): nothing waits forever on a peer.
-// ConnectContext's context can shorten it for one connect. It applies to
-// NewStack and Socket.
-func WithConnectTimeout(d time.Duration) Option {
-	return option{"WithConnectTimeout", scopeStack | scopeSocket, func(c *config) error {
+// ConnectContext's context can shorten it for one connect.
+func WithConnectTimeout(d time.Duration) SocketOption {
+	return socketOpt{func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: connect timeout %v, want a positive duration", ErrInvalid, d)
 		}

@@ -109,9 +109,9 @@ const (
 // Qcreate creates an event queue that holds up to depth events (depth >=
 // 1). Options WithWaitMode and WithSpinTime set how Dequeue waits (the
 // stack's setting by default).
-func (st *Stack) Qcreate(depth int, opts ...Option) (*Queue, error) {
+func (st *Stack) Qcreate(depth int, opts ...QueueOption) (*Queue, error) {
 	cfg := st.cfg
-	if err := cfg.applyOptions(scopeQueue, opts); err != nil {
+	if err := cfg.applyQueueOptions(opts); err != nil {
 		return nil, opErr("qcreate", "", err)
 	}
 	if depth <= 0 {
@@ -227,6 +227,18 @@ func (q *Queue) post(ev Event) {
 		(*h)(q)
 	}
 	q.settle(-queuePosting)
+}
+
+// postBatch posts the events of operations that reserved room, as post
+// does for each, in one batch.
+func (q *Queue) postBatch(evs []Event) {
+	n := int64(len(evs))
+	q.state.Add(n * (queuePosting - 1))
+	q.eq.PostReservedBatch(evs)
+	if h := testHookPosted.Load(); h != nil {
+		(*h)(q)
+	}
+	q.settle(-n * queuePosting)
 }
 
 // testHookPosted, if set, runs after an event is queued and before its

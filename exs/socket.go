@@ -2,7 +2,9 @@ package exs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -103,12 +106,12 @@ type op struct {
 // outstanding on a socket.
 const ctlSlots = 8
 
-// completion is an operation's event waiting to be posted.
+// completion is an operation whose event waits to be posted: its slot,
+// kind and queue; the event is at the same index of Socket.doneEv.
 type completion struct {
 	idx  int32
 	kind opKind
 	q    *Queue
-	ev   Event
 }
 
 // Socket is an endpoint of the Extended Sockets API. Create one with
@@ -160,6 +163,7 @@ type Socket struct {
 
 	// Owned by the goroutine serving the socket.
 	done   []completion
+	doneEv []Event // the events of done, in the same order
 	gstats Stats
 
 	statsMu sync.Mutex
@@ -169,12 +173,12 @@ type Socket struct {
 // Socket creates an unconnected socket of type typ. Options set the
 // socket's protocol mode, stream buffer, frame buffers, outstanding limits,
 // wait mode and logger; the stack's are the defaults.
-func (st *Stack) Socket(typ SockType, opts ...Option) (*Socket, error) {
+func (st *Stack) Socket(typ SockType, opts ...SocketOption) (*Socket, error) {
 	if typ < SockStream || typ > SockSeqPacket {
 		return nil, opErr("socket", "", fmt.Errorf("%w: socket type %v", ErrInvalid, typ))
 	}
 	cfg := st.cfg
-	if err := cfg.applyOptions(scopeSocket, opts); err != nil {
+	if err := cfg.applySocketOptions(opts); err != nil {
 		return nil, opErr("socket", "", err)
 	}
 	s := newSocket(st, typ, cfg)
@@ -702,13 +706,30 @@ func (s *Socket) kick() {
 	}
 }
 
-// releaseMem drops what the operation holds of its memory.
+// releaseMem drops what the operation holds of its memory. A registration
+// of the operation's own is deregistered before its event is posted: a
+// peer's write into the buffer that took its reference before the
+// connection went may still be being placed (Deregister then reports
+// mreg.ErrBusy), and the buffer is the caller's again only once it is
+// done, so releaseMem waits for it, a copy already under way.
 func (o *op) releaseMem() {
 	if o.mh != nil {
 		o.mh.release()
 	}
 	if o.tmp {
-		o.mr.Deregister()
+		deregisterWait(o.mr)
+	}
+}
+
+// deregisterWait deregisters mr, waiting while a copy into it, already
+// under way, holds it.
+func deregisterWait(mr *verbs.MR) error {
+	for {
+		err := mr.Deregister()
+		if !errors.Is(err, mreg.ErrBusy) {
+			return err
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -733,13 +754,15 @@ func (s *Socket) complete(idx int32, n int, err error, accepted *Socket) {
 		}
 	}
 	o.releaseMem()
-	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q, ev: ev})
+	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q})
+	s.doneEv = append(s.doneEv, ev)
 	*o = op{}
 }
 
 // flushDone frees the slots of the completed operations, then posts their
 // events, so that an application that dequeues an event may post again at
-// once.
+// once. The events of consecutive operations with the same queue are
+// posted together.
 func (s *Socket) flushDone() {
 	if len(s.done) == 0 {
 		return
@@ -760,12 +783,18 @@ func (s *Socket) flushDone() {
 		}
 	}
 	s.mu.Unlock()
-	for i := range s.done {
-		d := &s.done[i]
-		d.q.post(d.ev)
-		*d = completion{}
+	for i := 0; i < len(s.done); {
+		q := s.done[i].q
+		j := i + 1
+		for j < len(s.done) && s.done[j].q == q {
+			j++
+		}
+		q.postBatch(s.doneEv[i:j])
+		i = j
 	}
-	s.done = s.done[:0]
+	clear(s.done)
+	clear(s.doneEv)
+	s.done, s.doneEv = s.done[:0], s.doneEv[:0]
 }
 
 // takeCommands moves the queued operations into buf and reports whether

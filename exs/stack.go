@@ -22,11 +22,17 @@ var defaultInproc = inproc.New()
 // defaultShm is the same-host provider of stacks that name no other for
 // the "shm" scheme, shared by the stacks of the process. It holds no
 // resources until a stack listens or connects through it (outside Linux
-// its Listen and Dial fail). Its WRITEs are eager (shm.WithEagerWrites):
-// the protocol writes only into memory the peer granted and announces
-// each write with a later frame, so a transfer's bytes may be placed while
-// the previous transfer's frame is still in flight.
-var defaultShm = shm.New(shm.WithEagerWrites())
+// its Listen and Dial fail).
+var defaultShm = mustShm(shm.New())
+
+// mustShm returns p. shm.New fails only for an option out of its range,
+// and defaultShm has none.
+func mustShm(p *shm.Provider, err error) *shm.Provider {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 // shmScheme is the scheme of the same-host provider's addresses.
 const shmScheme = "shm"
@@ -70,12 +76,12 @@ type device struct {
 	pd     *verbs.PD
 }
 
-// NewStack returns a stack configured by opts (see Option): every option
+// NewStack returns a stack configured by opts (see StackOption): every option
 // may be given here, and the socket and queue options become the defaults
 // of the stack's sockets and queues.
-func NewStack(opts ...Option) (*Stack, error) {
+func NewStack(opts ...StackOption) (*Stack, error) {
 	cfg := defaultConfig()
-	if err := cfg.applyOptions(scopeStack, opts); err != nil {
+	if err := cfg.applyStackOptions(opts); err != nil {
 		return nil, opErr("newstack", "", err)
 	}
 	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}, {tcpScheme, defaultTCP}} {
@@ -127,6 +133,12 @@ func (st *Stack) Close() error {
 	}
 	st.mu.Unlock()
 
+	// Every socket counts as closing before any of them closes: the first
+	// to go disconnects its peers, whose operations must then be canceled,
+	// not reset.
+	for _, s := range socks {
+		s.closingA.Store(true)
+	}
 	for _, s := range socks {
 		s.closeInternal()
 	}

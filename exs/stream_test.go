@@ -182,7 +182,7 @@ func TestStreamIntegrity(t *testing.T) {
 							}
 							// A small stream buffer half the time, so that
 							// large sends wrap around it many times.
-							opts := []exs.Option{exs.WithMode(mode), exs.WithOutstanding(8, 8)}
+							opts := []exs.SocketOption{exs.WithMode(mode), exs.WithOutstanding(8, 8)}
 							if r.IntN(2) == 0 {
 								opts = append(opts, exs.WithStreamBuffer(logSize(r, 1024, 256<<10)), exs.WithFrames(1+r.IntN(8)))
 							}
@@ -196,7 +196,7 @@ func TestStreamIntegrity(t *testing.T) {
 }
 
 // runStream runs one plan over a new connection and checks it.
-func runStream(t *testing.T, r *rand.Rand, typ exs.SockType, plan streamPlan, opts ...exs.Option) {
+func runStream(t *testing.T, r *rand.Rand, typ exs.SockType, plan streamPlan, opts ...exs.SocketOption) {
 	p := connect(t, typ, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 // ErrTooManyStates reports that a check reached Options.MaxStates before it

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 // TestCheckWorkersAgree checks that the exploration, and so every figure and

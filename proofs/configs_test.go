@@ -15,9 +15,9 @@ type config struct {
 }
 
 // defaultConfigs run in `go test ./proofs/`, ordered small first (the mutant
-// hunt goes through them in this order). Endpoint A sends, endpoint B
-// receives, except in the two-way configurations; B's drain recvs take what
-// its scripted recvs leave.
+// hunt goes through them in this order), each in well under a second.
+// Endpoint A sends, endpoint B receives, except in the two-way
+// configurations; B's drain recvs take what its scripted recvs leave.
 var defaultConfigs = []config{
 	// The smallest stream buffer and one frame credit: every transfer of
 	// more than one byte is split, and frames wait for credits.
@@ -47,6 +47,35 @@ var defaultConfigs = []config{
 	{"direct-seqpacket", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 	{"indirect-stream", "mode=indirect-only type=stream ring=2 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 	{"indirect-seqpacket", "mode=indirect-only type=seqpacket ring=2 frames=2 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	// The application chooses each send's length as it posts ("*").
+	{"direct-stream-choose-sends", "mode=direct-only type=stream ring=0 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	// Departure 12 and the cap on indirect transfers: recvs shorter than
+	// advmin are never advertised, and no indirect transfer carries more
+	// than maxind units.
+	{"dyn-seqpacket-advmin2", "mode=dynamic type=seqpacket ring=2 frames=2 advmin=2 a.sends=1,2,1 a.shutdown b.recvs=1,2,2 b.drain=3"},
+	{"dyn-stream-maxind2-advmin2", "mode=dynamic type=stream ring=3 frames=2 maxind=2 advmin=2 a.sends=3,1,2 a.shutdown b.recvs=1,3w,2 b.drain=3"},
+	{"indirect-stream-maxind1", "mode=indirect-only type=stream ring=3 frames=2 maxind=1 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
+	// The ending: A's application may close at any point (before, during
+	// or after its sends and shutdown), and B then takes every byte A's
+	// completed sends hold, then the end of the stream (FIN) or ECONNRESET.
+	// With and without a shutdown, a MSG_WAITALL recv left partly filled,
+	// every mode, messages (two directions with both ends closing: in
+	// largeConfigs).
+	{"end-dyn-stream-close", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=1 b.drain=2"},
+	{"end-dyn-stream-close-waitall", "mode=dynamic type=stream ring=1 frames=2 a.sends=1,2 a.close b.recvs=1,2w b.drain=1"},
+	{"end-direct-stream-close", "mode=direct-only type=stream ring=0 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=2,1w b.drain=2"},
+	{"end-indirect-stream-close", "mode=indirect-only type=stream ring=2 frames=2 a.sends=1,2,1 a.shutdown a.close b.recvs=2,1 b.drain=2"},
+	{"end-dyn-seqpacket-close", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=2,1 a.shutdown a.close b.recvs=2 b.drain=2"},
+	// Empty messages, direct and through the stream buffer.
+	{"end-direct-seqpacket-empty-close", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	{"end-indirect-seqpacket-empty-close", "mode=indirect-only type=seqpacket ring=1 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+}
+
+// largeConfigs are the default set's larger configurations (about 1 s to
+// 25 s each on a 2-vCPU machine, 90% of the default run's time): they run
+// with EXS_PROOFS_FULL=1, which .ci/run sets for its own step, and in every
+// mutant hunt, after the default set, in this order.
+var largeConfigs = []config{
 	// Lengths up to 3, larger stream buffers, more frame buffers, ACKs
 	// for every byte, four sends and recvs.
 	{"dyn-stream-ring4", "mode=dynamic type=stream ring=4 frames=2 a.sends=3,1,2 a.shutdown b.recvs=1,3,2 b.drain=3"},
@@ -58,7 +87,6 @@ var defaultConfigs = []config{
 	// combination of lengths 1-3 for the three sends (or the three recvs,
 	// with and without MSG_WAITALL) in one exploration.
 	{"dyn-stream-choose-recvs", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,2,1 a.shutdown b.recvs=*,*,* b.rchoose=1,2w,3 b.drain=3"},
-	{"direct-stream-choose-sends", "mode=direct-only type=stream ring=0 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 	{"indirect-stream-choose-sends", "mode=indirect-only type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
 	{"dyn-seqpacket-choose-sends", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
 	{"dyn-stream-choose-sends", "mode=dynamic type=stream ring=1 frames=1 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=2,1,2 b.drain=3"},
@@ -67,23 +95,8 @@ var defaultConfigs = []config{
 	// large recvs meet in every order), and no indirect transfer carries
 	// more than maxind units.
 	{"dyn-stream-advmin2-choose-recvs", "mode=dynamic type=stream ring=2 frames=2 advmin=2 a.sends=1,2,1 a.shutdown b.recvs=*,*,* b.rchoose=1,2w,3 b.drain=3"},
-	{"dyn-seqpacket-advmin2", "mode=dynamic type=seqpacket ring=2 frames=2 advmin=2 a.sends=1,2,1 a.shutdown b.recvs=1,2,2 b.drain=3"},
 	{"dyn-stream-maxind1", "mode=dynamic type=stream ring=3 frames=2 maxind=1 a.sends=2,1,3 a.shutdown b.recvs=1,3,2 b.drain=3"},
-	{"dyn-stream-maxind2-advmin2", "mode=dynamic type=stream ring=3 frames=2 maxind=2 advmin=2 a.sends=3,1,2 a.shutdown b.recvs=1,3w,2 b.drain=3"},
-	{"indirect-stream-maxind1", "mode=indirect-only type=stream ring=3 frames=2 maxind=1 a.sends=1,2,3 a.shutdown b.recvs=2,1,3 b.drain=3"},
-	// The ending: A's application may close at any point (before, during
-	// or after its sends and shutdown), and B then takes every byte A's
-	// completed sends hold, then the end of the stream (FIN) or ECONNRESET.
-	// With and without a shutdown, a MSG_WAITALL recv left partly filled,
-	// every mode, messages, and two directions with both ends closing.
-	{"end-dyn-stream-close", "mode=dynamic type=stream ring=2 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=1 b.drain=2"},
-	{"end-dyn-stream-close-waitall", "mode=dynamic type=stream ring=1 frames=2 a.sends=1,2 a.close b.recvs=1,2w b.drain=1"},
-	{"end-direct-stream-close", "mode=direct-only type=stream ring=0 frames=2 a.sends=1,2 a.shutdown a.close b.recvs=2,1w b.drain=2"},
-	{"end-indirect-stream-close", "mode=indirect-only type=stream ring=2 frames=2 a.sends=1,2,1 a.shutdown a.close b.recvs=2,1 b.drain=2"},
-	{"end-dyn-seqpacket-close", "mode=dynamic type=seqpacket ring=1 frames=2 a.sends=2,1 a.shutdown a.close b.recvs=2 b.drain=2"},
-	// Empty messages, direct and through the stream buffer.
-	{"end-direct-seqpacket-empty-close", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
-	{"end-indirect-seqpacket-empty-close", "mode=indirect-only type=seqpacket ring=1 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	// The ending in both directions, either end closing at any point.
 	{"end-dyn-stream-twoway-close", "mode=dynamic type=stream ring=1 frames=1 a.sends=1 a.shutdown a.drain=1 a.close b.sends=1 b.shutdown b.drain=1 b.close"},
 }
 
@@ -120,6 +133,10 @@ var smokeConfigs = []config{
 // deep reports whether the deep run was asked for.
 func deep() bool { return os.Getenv("EXS_PROOFS_DEEP") != "" }
 
+// full reports whether the large configurations were asked for (the deep
+// run includes them).
+func full() bool { return os.Getenv("EXS_PROOFS_FULL") != "" || deep() }
+
 // configsFor returns the configurations this test binary runs: the smoke set
 // under the race detector or with -short, the default set otherwise, and the
 // deep set after it when asked for.
@@ -129,7 +146,9 @@ func configsFor(t *testing.T) []config {
 	case raceEnabled || testing.Short():
 		return smokeConfigs
 	case deep():
-		return append(append([]config(nil), defaultConfigs...), deepConfigs...)
+		return concatConfigs(defaultConfigs, largeConfigs, deepConfigs)
+	case full():
+		return concatConfigs(defaultConfigs, largeConfigs)
 	}
 	return defaultConfigs
 }
@@ -151,4 +170,13 @@ func expectDirectAgain(s Spec, i int) bool {
 	peer := s.Scripts[1-i]
 	return s.Mode == dynproto.Dynamic && len(s.Scripts[i].Sends) >= 2 &&
 		(len(peer.Recvs) >= 2 || (len(peer.Recvs) >= 1 && peer.DrainLen > 0))
+}
+
+// concatConfigs returns the lists one after the other in a new slice.
+func concatConfigs(lists ...[]config) []config {
+	var out []config
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
 }

@@ -1,9 +1,9 @@
 // Package proofs is an explicit-state model checker for the dynproto engine.
 //
-// It drives two real dynproto engines, through the dynproto/sim world,
-// along every interleaving of application posts, copies, frame deliveries
-// and write completions, breadth first from the initial state, and checks on
-// every step and state:
+// It drives two real dynproto engines, through the world of the module's
+// internal/dynproto/sim, along every interleaving of application posts,
+// copies, frame deliveries and write completions, breadth first from the
+// initial state, and checks on every step and state:
 //
 //   - safety, as the simulation checks it: the receiver gets exactly the sent
 //     stream, in order, each unit once; no direct write lands outside an

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/internal/dynproto/hook"
 )
 
 // TestAllMutants is the mutant campaign for CI:
@@ -23,13 +23,13 @@ func TestAllMutants(t *testing.T) {
 	if os.Getenv("EXS_PROOFS_MUTANTS") == "" {
 		t.Skip("set EXS_PROOFS_MUTANTS=1 to run the mutant campaign")
 	}
-	if dynproto.ActiveMutant() != "" {
+	if hook.Active != "" {
 		t.Skip("the campaign runs from a normal build")
 	}
 	goBin := goCommand(t)
 	caught := regexp.MustCompile(`mutant \S+ \(.*\) caught in config (\S+) after (\d+) states: .*\n\s*shortest counterexample \((\d+) moves\)`)
-	for _, m := range dynproto.Mutants() {
-		tag := m[0]
+	for _, m := range hook.Mutants {
+		tag := m.Tag
 		t.Run(tag, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 			defer cancel()
@@ -38,14 +38,14 @@ func TestAllMutants(t *testing.T) {
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Fatalf("mutant %s (%s) survived or the run failed after %v: %v\n%s", tag, m[1], time.Since(start).Round(time.Second), err, out)
+				t.Fatalf("mutant %s (%s) survived or the run failed after %v: %v\n%s", tag, m.Description, time.Since(start).Round(time.Second), err, out)
 			}
 			sm := caught.FindSubmatch(out)
 			if sm == nil {
 				t.Fatalf("mutant %s: the run passed but reported no counterexample:\n%s", tag, out)
 			}
 			t.Logf("caught (%s): config %s, %s states, counterexample of %s moves, %v",
-				m[1], sm[1], sm[2], sm[3], time.Since(start).Round(time.Second))
+				m.Description, sm[1], sm[2], sm[3], time.Since(start).Round(time.Second))
 		})
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/hook"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 func TestMain(m *testing.M) {
@@ -79,7 +79,7 @@ func logTable(t *testing.T, rows []summary) {
 // TestExhaustive checks every configuration of this run exhaustively
 // against the normal engine.
 func TestExhaustive(t *testing.T) {
-	if m := dynproto.ActiveMutant(); m != "" {
+	if m := hook.Active; m != "" {
 		t.Skipf("built with mutant %s: TestMutantCaught hunts it", m)
 	}
 	var rows []summary
@@ -125,7 +125,7 @@ func reportViolation(t *testing.T, name string, v *Violation, file string) {
 // already there.
 func saveTrace(t *testing.T, name string, v *Violation, readable, file string) {
 	t.Helper()
-	tr := Trace{Config: name, Spec: v.Spec, Mutant: dynproto.ActiveMutant(), Moves: v.Moves}
+	tr := Trace{Config: name, Spec: v.Spec, Mutant: hook.Active, Moves: v.Moves}
 	var who string
 	if tr.Mutant != "" {
 		who = "mutant " + tr.Mutant + ": " + mutantDescription(tr.Mutant)
@@ -152,9 +152,9 @@ func saveTrace(t *testing.T, name string, v *Violation, readable, file string) {
 }
 
 func mutantDescription(tag string) string {
-	for _, m := range dynproto.Mutants() {
-		if m[0] == tag {
-			return m[1]
+	for _, m := range hook.Mutants {
+		if m.Tag == tag {
+			return m.Description
 		}
 	}
 	return "unknown mutant"
@@ -165,11 +165,11 @@ func mutantDescription(tag string) string {
 // checks the configurations, small first, until one shows a violation, and
 // fails if none does (the mutant survived).
 func TestMutantCaught(t *testing.T) {
-	m := dynproto.ActiveMutant()
+	m := hook.Active
 	if m == "" {
 		t.Skip("no mutant built in (use -tags mut_...)")
 	}
-	cs := append(append([]config(nil), smokeConfigs...), defaultConfigs...)
+	cs := concatConfigs(smokeConfigs, defaultConfigs, largeConfigs)
 	if deep() {
 		cs = append(cs, deepConfigs...)
 	}
@@ -211,7 +211,7 @@ func TestRegressionTraces(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no saved traces in testdata")
 	}
-	mutant := dynproto.ActiveMutant()
+	mutant := hook.Active
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)

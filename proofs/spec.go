@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 // ErrSpec reports a configuration or trace text that cannot be parsed.

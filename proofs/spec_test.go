@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/exsgo/exs/dynproto"
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 func TestSpecText(t *testing.T) {
@@ -158,7 +158,7 @@ func TestParseTraceErrors(t *testing.T) {
 }
 
 func FuzzParseSpec(f *testing.F) {
-	for _, c := range append(append(append([]config(nil), defaultConfigs...), deepConfigs...), smokeConfigs...) {
+	for _, c := range concatConfigs(defaultConfigs, largeConfigs, deepConfigs, smokeConfigs) {
 		f.Add(c.spec)
 	}
 	f.Add("mode=dynamic type=stream b.recvs=1w,2w")

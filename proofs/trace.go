@@ -8,7 +8,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/exsgo/exs/dynproto/sim"
+	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
 // ErrNotEnabled reports a replayed move that is not enabled in the state the

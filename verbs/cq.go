@@ -3,11 +3,78 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/exsgo/exs/eventq"
 )
+
+// WaitMode says how CQ.Wait waits while fewer completions are queued than
+// it needs. The zero WaitMode is not a mode; in CQOptions it stands for
+// WaitAdaptive.
+type WaitMode uint8
+
+const (
+	// WaitAdaptive spins for CQOptions.SpinTime, checking the queue and
+	// yielding the processor (runtime.Gosched) between checks, and then
+	// blocks. It is the default.
+	WaitAdaptive WaitMode = iota + 1
+	// WaitBusyPoll never blocks: it keeps checking, yielding between
+	// checks, until the completions come, ctx is done or the CQ is
+	// closed. It keeps a CPU busy per waiting goroutine.
+	WaitBusyPoll
+	// WaitNotify blocks at once.
+	WaitNotify
+)
+
+// String returns the mode's name, or "WaitMode(n)" for an unknown value.
+func (m WaitMode) String() string {
+	switch m {
+	case WaitAdaptive:
+		return "WaitAdaptive"
+	case WaitBusyPoll:
+		return "WaitBusyPoll"
+	case WaitNotify:
+		return "WaitNotify"
+	}
+	return "WaitMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// DefaultSpinTime is how long WaitAdaptive spins when CQOptions.SpinTime
+// is zero.
+const DefaultSpinTime = eventq.DefaultSpinTime
+
+// CQOptions configures a completion queue. The zero value waits
+// adaptively, spinning for DefaultSpinTime.
+type CQOptions struct {
+	// Wait is how Wait waits. Zero means WaitAdaptive.
+	Wait WaitMode
+	// SpinTime is how long WaitAdaptive spins before it blocks. Zero
+	// means DefaultSpinTime; negative is invalid. The other modes ignore
+	// it.
+	SpinTime time.Duration
+}
+
+// eventq returns the options of the CQ's event queue.
+func (o CQOptions) eventq() (eventq.Options, error) {
+	var m eventq.WaitMode
+	switch o.Wait {
+	case 0, WaitAdaptive:
+		m = eventq.Adaptive
+	case WaitBusyPoll:
+		m = eventq.BusyPoll
+	case WaitNotify:
+		m = eventq.Notify
+	default:
+		return eventq.Options{}, fmt.Errorf("%w: completion queue wait mode %v", ErrInvalid, o.Wait)
+	}
+	if o.SpinTime < 0 {
+		return eventq.Options{}, fmt.Errorf("%w: completion queue spin time %v", ErrInvalid, o.SpinTime)
+	}
+	return eventq.Options{Mode: m, SpinTime: o.SpinTime}, nil
+}
 
 // CQ is a completion queue: a bounded queue of work completions (WC),
 // built on eventq.Queue. Queue pairs post to it; the application polls it,
@@ -29,37 +96,21 @@ type CQ struct {
 	armed  atomic.Bool
 	notify chan struct{} // capacity 1: one token or none
 
-	// progs are the links, of connections of queue pairs using this CQ,
-	// that let its pollers do their receive work (Progresser); replaced,
-	// never modified, under mu.
-	progs atomic.Pointer[[]Progresser]
-
 	mu       sync.Mutex
 	attached int // queue pairs using this CQ (for each queue)
 	closed   bool
 }
 
-// CreateCQ creates a completion queue holding up to depth completions.
-// opts says how Wait waits (see eventq.Options; the zero value spins
-// briefly, then blocks).
-//
-// The CQ uses opts.Progress and opts.BeforeBlock to run the progress of
-// its connections (see Poll); functions given there run first.
-func (d *Device) CreateCQ(depth int, opts eventq.Options) (*CQ, error) {
+// CreateCQ creates a completion queue holding up to depth completions
+// (depth > 0). opts says how Wait waits; the zero CQOptions spins briefly,
+// then blocks. A depth or an option out of range is ErrInvalid.
+func (d *Device) CreateCQ(depth int, opts CQOptions) (*CQ, error) {
 	cq := &CQ{dev: d, notify: make(chan struct{}, 1)}
-	progress, beforeBlock := opts.Progress, opts.BeforeBlock
-	opts.Progress = cq.Progress
-	if progress != nil {
-		opts.Progress = func() bool {
-			did := progress()
-			return cq.Progress() || did
-		}
+	eo, err := opts.eventq()
+	if err != nil {
+		return nil, err
 	}
-	opts.BeforeBlock = cq.Unpoll
-	if beforeBlock != nil {
-		opts.BeforeBlock = func() { beforeBlock(); cq.Unpoll() }
-	}
-	q, err := eventq.New[WC](depth, opts)
+	q, err := eventq.New[WC](depth, eo)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: create completion queue: %w", err)
 	}
@@ -81,108 +132,23 @@ func (cq *CQ) Len() int { return cq.q.Len() }
 // each work queue (a queue pair's send queue, its receive queue) appear in
 // the order their work requests were posted. After Close, Poll still
 // returns the completions that remain.
-//
-// When it finds fewer than len(wcs) completions, Poll first runs the
-// progress of the connections whose completions come here (Progress), so
-// that with a provider that offers it (the same-host provider with
-// shm.WithPollerProgress) the polling goroutine takes arrived messages
-// and outcomes itself, while the provider's own goroutine stands aside:
-// no hand-off between goroutines per message. A goroutine that stops
-// polling for long should say so with Unpoll (Wait does, before it
-// blocks); otherwise the provider's goroutine resumes on its own, the
-// same-host provider's within about a millisecond.
-func (cq *CQ) Poll(wcs []WC) int {
-	n := cq.q.TryDequeue(wcs)
-	if n < len(wcs) && cq.Progress() {
-		n += cq.q.TryDequeue(wcs[n:])
-	}
-	return n
-}
-
-// Progress runs the pending receive work of the connections whose
-// completions come to this CQ, where their provider lets the caller do it
-// (verbs.Progresser), and reports whether there was any. Poll and Wait
-// call it; a goroutine that spins by other means (on Len, say) calls it
-// itself. It never blocks and does nothing for providers without the
-// ability.
-func (cq *CQ) Progress() bool {
-	ps := cq.progs.Load()
-	if ps == nil {
-		return false
-	}
-	did := false
-	for _, p := range *ps {
-		if p.Progress() {
-			did = true
-		}
-	}
-	return did
-}
-
-// Unpoll tells the connections whose completions come to this CQ that
-// the caller stops polling it for now (before it blocks on Notify, for
-// example): their providers' own goroutines take over their progress at
-// once. Wait calls it before it blocks.
-func (cq *CQ) Unpoll() {
-	if ps := cq.progs.Load(); ps != nil {
-		for _, p := range *ps {
-			p.Unpoll()
-		}
-	}
-}
-
-// addProgresser adds p to the links Progress runs.
-func (cq *CQ) addProgresser(p Progresser) {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	var ps []Progresser
-	if old := cq.progs.Load(); old != nil {
-		ps = append(ps, *old...)
-	}
-	ps = append(ps, p)
-	cq.progs.Store(&ps)
-}
-
-// removeProgresser removes p from the links Progress runs.
-func (cq *CQ) removeProgresser(p Progresser) {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	old := cq.progs.Load()
-	if old == nil {
-		return
-	}
-	ps := make([]Progresser, 0, len(*old))
-	for _, x := range *old {
-		if x != p {
-			ps = append(ps, x)
-		}
-	}
-	if len(ps) == 0 {
-		cq.progs.Store(nil)
-		return
-	}
-	cq.progs.Store(&ps)
-}
+func (cq *CQ) Poll(wcs []WC) int { return cq.q.TryDequeue(wcs) }
 
 // Wait moves completions into wcs once at least min are queued (1 <= min
 // <= len(wcs); min 0 makes Wait a Poll) and returns how many, at most
-// len(wcs). It waits as configured by the eventq.Options of CreateCQ,
+// len(wcs). It waits as configured by the CQOptions of CreateCQ,
 // until ctx is done (it then returns what is queued, possibly fewer than
 // min, and an error wrapping ctx.Err()) or the CQ is closed (it returns
 // what is left with a nil error, then 0 and ErrClosed once drained).
-//
-// While it spins it runs the progress of the CQ's connections (see Poll);
-// before it blocks it calls Unpoll.
 func (cq *CQ) Wait(ctx context.Context, wcs []WC, min int) (int, error) {
-	cq.Progress()
 	return cq.q.DequeueContext(ctx, wcs, min)
 }
 
 // RequestNotify arms the completion queue: the next completion added after
 // this call sends one token on the channel Notify returns, and disarms it.
 // Completions already queued do not fire it, so the usual sequence is: arm,
-// poll until empty, Unpoll, then wait on the channel (as
-// ibv_req_notify_cq). It never blocks.
+// poll until empty, then wait on the channel (as ibv_req_notify_cq). It
+// never blocks.
 func (cq *CQ) RequestNotify() { cq.armed.Store(true) }
 
 // Notify returns the channel that receives a token after RequestNotify

@@ -2,8 +2,10 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/exsgo/exs/eventq"
 )
@@ -16,7 +18,7 @@ func BenchmarkCQ(b *testing.B) {
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			d, _ := Open(nopProvider{})
-			cq, err := d.CreateCQ(batch, eventq.Options{})
+			cq, err := d.CreateCQ(batch, CQOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -40,7 +42,7 @@ func BenchmarkCQ(b *testing.B) {
 
 func TestCQNotify(t *testing.T) {
 	d, _ := Open(nopProvider{})
-	cq, _ := d.CreateCQ(4, eventq.Options{})
+	cq, _ := d.CreateCQ(4, CQOptions{})
 	cq.reserve(3)
 	cq.push(WC{WRID: 1})
 	select {
@@ -76,4 +78,32 @@ type nopProvider struct{}
 func (nopProvider) Listen(string) (LinkListener, error) { return nil, ErrInvalid }
 func (nopProvider) Dial(context.Context, string, *Endpoint, []byte) (Link, []byte, error) {
 	return nil, nil, ErrInvalid
+}
+
+// TestCQOptions checks that CreateCQ takes every wait mode, refuses an
+// unknown one and a negative spin time with ErrInvalid, and that the zero
+// options wait adaptively.
+func TestCQOptions(t *testing.T) {
+	d, _ := Open(nopProvider{})
+	for _, tc := range []struct {
+		opts CQOptions
+		want eventq.WaitMode // 0: refused
+	}{
+		{CQOptions{}, eventq.Adaptive},
+		{CQOptions{Wait: WaitAdaptive, SpinTime: time.Millisecond}, eventq.Adaptive},
+		{CQOptions{Wait: WaitBusyPoll}, eventq.BusyPoll},
+		{CQOptions{Wait: WaitNotify}, eventq.Notify},
+		{CQOptions{Wait: WaitNotify + 1}, 0},
+		{CQOptions{SpinTime: -time.Nanosecond}, 0},
+	} {
+		cq, err := d.CreateCQ(4, tc.opts)
+		switch {
+		case tc.want == 0 && !errors.Is(err, ErrInvalid):
+			t.Errorf("CreateCQ(%+v) = %v, want ErrInvalid", tc.opts, err)
+		case tc.want != 0 && err != nil:
+			t.Errorf("CreateCQ(%+v): %v", tc.opts, err)
+		case tc.want != 0 && cq.q.Mode() != tc.want:
+			t.Errorf("CreateCQ(%+v): queue mode %v, want %v", tc.opts, cq.q.Mode(), tc.want)
+		}
+	}
 }

@@ -33,6 +33,9 @@ func WithLogger(l *zap.Logger) Option {
 type Device struct {
 	p   Provider
 	log *zap.Logger
+	// The provider's optional fault-injection abilities, or nil.
+	regFilter  RegistrationFilter
+	postFilter PostFilter
 
 	mu        sync.Mutex
 	closed    bool
@@ -55,6 +58,8 @@ func Open(p Provider, opts ...Option) (*Device, error) {
 		cqs:       make(map[*CQ]struct{}),
 		listeners: make(map[*Listener]struct{}),
 	}
+	d.regFilter, _ = p.(RegistrationFilter)
+	d.postFilter, _ = p.(PostFilter)
 	for _, o := range opts {
 		o.apply(d)
 	}

@@ -14,7 +14,7 @@
 //
 //	dev, _ := verbs.Open(inproc.New())
 //	pd, _ := dev.AllocPD()
-//	cq, _ := dev.CreateCQ(256, eventq.Options{})
+//	cq, _ := dev.CreateCQ(256, verbs.CQOptions{})
 //	qp, _ := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 //	buf := make([]byte, 1<<20)
 //	mr, _ := pd.RegisterMR(buf, mreg.LocalWrite|mreg.RemoteWrite)
@@ -47,7 +47,10 @@
 //   - Messages are placed at the peer in the order they were posted. In
 //     particular a SEND, or an RDMA_WRITE_WITH_IMM, is delivered (its RECV
 //     completes) only after every earlier RDMA WRITE of the queue pair has
-//     been placed: a notification after data needs no fence.
+//     been placed: a notification after data needs no fence. A queue pair
+//     created with QPConfig.RelaxedWritePlacement lets an RDMA WRITE be
+//     placed before the SENDs posted ahead of it are delivered (see
+//     there); the rest holds.
 //   - Every incoming RDMA WRITE or READ is checked against the target's
 //     registration table (live rkey, range inside the region without
 //     wrap-around, the right) before memory is touched. A violation moves

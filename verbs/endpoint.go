@@ -40,6 +40,12 @@ func (e *Endpoint) PD() *PD { return e.qp.pd }
 // for providers that must apply it at the target (see Link.RecvPosted).
 func (e *Endpoint) RNR() RNRPolicy { return e.qp.cfg.RNR }
 
+// RelaxedWritePlacement reports whether the endpoint's queue pair lets the
+// provider place its RDMA WRITEs ahead of the messages before them that
+// consume a RECV (QPConfig.RelaxedWritePlacement). A provider may ignore
+// it.
+func (e *Endpoint) RelaxedWritePlacement() bool { return e.qp.cfg.RelaxedWritePlacement }
+
 // current reports whether e is still its queue pair's connection.
 func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 
@@ -217,23 +223,8 @@ func (e *Endpoint) terminate(cause error) {
 	e.mu.Unlock()
 	if l != nil {
 		l.Terminate(cause)
-		e.progressers(l, (*CQ).removeProgresser)
 	}
 	e.termDone.Store(true)
-}
-
-// progressers applies f (add or remove) to the queue pair's CQs, each
-// once, with l if it is a Progresser.
-func (e *Endpoint) progressers(l Link, f func(*CQ, Progresser)) {
-	p, ok := l.(Progresser)
-	if !ok {
-		return
-	}
-	cfg := &e.qp.cfg
-	f(cfg.SendCQ, p)
-	if cfg.RecvCQ != cfg.SendCQ {
-		f(cfg.RecvCQ, p)
-	}
 }
 
 // setLink records the link of an established connection. If the
@@ -247,8 +238,6 @@ func (e *Endpoint) setLink(l Link, cause func() error) bool {
 		return false
 	}
 	e.link = l
-	// Under mu, so that terminate, which removes it, comes after.
-	e.progressers(l, (*CQ).addProgresser)
 	e.mu.Unlock()
 	return true
 }

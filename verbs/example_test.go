@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
@@ -21,7 +20,7 @@ func Example() {
 	dev, _ := verbs.Open(inproc.New())
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(16, eventq.Options{})
+	cq, _ := dev.CreateCQ(16, verbs.CQOptions{})
 	newQP := func() *verbs.QP {
 		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
@@ -59,7 +58,7 @@ func TestDeliverUnknownLength(t *testing.T) {
 			}
 			defer dev.Close()
 			pd, _ := dev.AllocPD()
-			cq, _ := dev.CreateCQ(16, eventq.Options{})
+			cq, _ := dev.CreateCQ(16, verbs.CQOptions{})
 			newQP := func() *verbs.QP {
 				qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 				if err != nil {
@@ -139,4 +138,52 @@ func TestDeliverUnknownLength(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wrapProvider is a provider whose links are those of inner, wrapped.
+type wrapProvider struct {
+	inner verbs.Provider
+	wrap  func(l verbs.Link, ep *verbs.Endpoint) verbs.Link
+}
+
+func (p *wrapProvider) Listen(addr string) (verbs.LinkListener, error) {
+	l, err := p.inner.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &wrapListener{p: p, LinkListener: l}, nil
+}
+
+func (p *wrapProvider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, private []byte) (verbs.Link, []byte, error) {
+	l, rep, err := p.inner.Dial(ctx, addr, ep, private)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.wrap(l, ep), rep, nil
+}
+
+type wrapListener struct {
+	p *wrapProvider
+	verbs.LinkListener
+}
+
+func (l *wrapListener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
+	r, err := l.LinkListener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &wrapRequest{p: l.p, LinkRequest: r}, nil
+}
+
+type wrapRequest struct {
+	p *wrapProvider
+	verbs.LinkRequest
+}
+
+func (r *wrapRequest) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
+	l, err := r.LinkRequest.Accept(ep, private)
+	if err != nil {
+		return nil, err
+	}
+	return r.p.wrap(l, ep), nil
 }

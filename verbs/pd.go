@@ -34,12 +34,18 @@ func (pd *PD) Table() *mreg.Table { return pd.table }
 // region. Local read is always granted; mreg.RemoteWrite requires
 // mreg.LocalWrite. The caller must keep buf valid, and not free it, until
 // Deregister succeeds. Errors are those of mreg.Table.Register (ErrInvalid,
-// ErrTableFull of package mreg) and ErrClosed after Close.
+// ErrTableFull of package mreg), ErrClosed after Close, and that of the
+// provider's RegistrationFilter.
 func (pd *PD) RegisterMR(buf []byte, access mreg.Access) (*MR, error) {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closed {
 		return nil, fmt.Errorf("verbs: protection domain: %w", ErrClosed)
+	}
+	if f := pd.dev.regFilter; f != nil {
+		if err := f.FilterRegistration(pd, buf, access); err != nil {
+			return nil, err
+		}
 	}
 	r, err := pd.table.Register(buf, access)
 	if err != nil {

@@ -153,35 +153,6 @@ type PeerReporter interface {
 	Peer() Peer
 }
 
-// Progresser is an optional ability of a Link: one whose provider does the
-// receiving side's work (taking arrived messages to Deliver, outcomes to
-// Complete) in a goroutine of its own can let the goroutine that polls a
-// completion queue do that work instead, with no hand-off between
-// goroutines, as a polling thread drives an RDMA library's progress. A CQ
-// calls Progress from Poll when it has fewer completions than asked for,
-// and from each round of a spinning Wait; before a Wait blocks it calls
-// Unpoll. See CQ.Poll.
-//
-// While goroutines call Progress, the provider's own goroutine may stand
-// aside; after Unpoll, or soon after the last Progress call (a
-// millisecond, say), it must resume, so that a connection whose CQs nobody
-// polls still makes progress.
-type Progresser interface {
-	// Progress does the link's pending receive work, unless another
-	// goroutine is doing it, and reports whether it did any. It never
-	// waits for the peer (beyond short locks), with one exception: when
-	// the work ends the connection (the peer broke the rules, or Deliver
-	// refused its message), it runs Terminate, which may wait, as
-	// Terminate may, for the peer's copies into local memory to end. It
-	// is called with no lock held; it may call into the local Endpoint,
-	// as the provider's goroutine does. After Terminate it does nothing.
-	Progress() bool
-	// Unpoll says that a goroutine which called Progress stops polling
-	// (it is about to block): the provider's own goroutine takes over at
-	// once. It must not block.
-	Unpoll()
-}
-
 // Message is one operation travelling from a queue pair to its peer. On
 // the initiator's side this package fills it from a work request and
 // hands it to Link.Transmit; at the target, the provider hands a Message
@@ -231,6 +202,28 @@ func (m *Message) Segments() [][]byte {
 type RegistrationObserver interface {
 	MemoryRegistered(pd *PD, mr *MR)
 	MemoryDeregistered(pd *PD, mr *MR)
+}
+
+// RegistrationFilter is an optional ability of a Provider, for fault
+// injection (package verbs/faults): before each registration in one of the
+// device's protection domains, PD.RegisterMR asks it, and fails with the
+// error it returns, registering nothing. It must not block for long and
+// must not call back into the PD.
+type RegistrationFilter interface {
+	FilterRegistration(pd *PD, buf []byte, access mreg.Access) error
+}
+
+// PostFilter is an optional ability of a Provider, for fault injection
+// (package verbs/faults): a queue pair that has a connection (being set up
+// or set up) asks it at the start of each post (PostSend, PostSendBatch,
+// PostRecv, PostRecvBatch), and the post fails with the error it returns,
+// posting nothing: ErrQueueFull, say, to play a full queue or completion
+// queue. ep is the connection's Endpoint, as given to Dial or
+// LinkRequest.Accept; recv tells a receive post from a send post, and n is
+// the number of work requests. It must not block for long and must not call
+// into the queue pair.
+type PostFilter interface {
+	FilterPost(ep *Endpoint, recv bool, n int) error
 }
 
 // RegionInfo describes a registered region as it may be published to

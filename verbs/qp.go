@@ -129,6 +129,31 @@ type QPConfig struct {
 	SignalAll bool
 	// RNR is the receiver-not-ready policy. Zero means RNRWait.
 	RNR RNRPolicy
+	// RelaxedWritePlacement relaxes one ordering rule for this queue
+	// pair's RDMA WRITEs (OpWrite): a WRITE may be placed at the peer
+	// before the messages posted ahead of it that consume a RECV there
+	// (OpSend, OpSendWithImm, OpWriteWithImm) are delivered, even if one
+	// of them is then held for want of a RECV (RNRWait) or fails. Its
+	// completion stays in post order, after theirs; if one of them fails,
+	// the WRITE, already placed, may complete with StatusSuccess instead
+	// of StatusFlushed (or StatusFlushed, placed or not). Its bytes may
+	// land before those of an earlier OpWriteWithImm still in flight, so
+	// the two must not target the same memory.
+	//
+	// Everything else holds as without it: completions come in post
+	// order; a WRITE is placed after every earlier WRITE of the queue
+	// pair has been placed and every earlier READ has read its data; a
+	// SEND or WRITE_WITH_IMM is delivered only after every earlier WRITE
+	// has been placed (a notification after data needs no fence); the
+	// protection checks, the Error state and its flushes are unchanged. A
+	// provider may honour it (the same-host provider then copies such a
+	// WRITE into the peer's memory at once instead of queueing it behind
+	// the SENDs) or ignore it, placing in post order, which the relaxed
+	// rules allow too. It suits a protocol that WRITEs only into memory the
+	// peer granted and announces each WRITE with a later SEND (exs sets
+	// it). The conformance suite (package verbstest) runs the tests that
+	// depend on it both ways.
+	RelaxedWritePlacement bool
 }
 
 // QP is a reliable-connected queue pair: a send queue and a receive queue

@@ -45,6 +45,9 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if _, err := checkSGL(wr.SGL, qp.cfg.MaxRecvSGE); err != nil {
 		return err
 	}
+	if err := qp.filterPost(true, 1); err != nil {
+		return err
+	}
 	rq := &qp.rq
 	rq.mu.Lock()
 	if err := qp.recvRoomLocked(1); err != nil {
@@ -60,7 +63,8 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 // PostRecvBatch posts receive work requests in order and returns how many
 // it posted; the error says why wrs[n] was refused: ErrInvalid (too many
 // SGEs), ErrQueueFull (the receive queue or the receive CQ is full),
-// ErrQPState (state Reset), ErrClosed. RECVs may be posted from state Init
+// ErrQPState (state Reset), ErrClosed, or the error of the provider's
+// PostFilter (the whole batch then). RECVs may be posted from state Init
 // on, before the queue pair is connected; posted in the Error state they
 // complete at once with StatusFlushed. The scatter list is checked when a
 // message consumes the RECV (StatusLocalProtectionError then).
@@ -71,6 +75,9 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 // does not allocate, and is safe to call concurrently with every other
 // method.
 func (qp *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
+	if err := qp.filterPost(true, len(wrs)); err != nil {
+		return 0, err
+	}
 	rq := &qp.rq
 	n := 0
 	var err error

@@ -80,6 +80,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 	if err := qp.checkSend(&wr); err != nil {
 		return err
 	}
+	if err := qp.filterPost(false, 1); err != nil {
+		return err
+	}
 	sq := &qp.sq
 	sq.mu.Lock()
 	if err := qp.sendRoomLocked(1); err != nil {
@@ -95,7 +98,8 @@ func (qp *QP) PostSend(wr SendWR) error {
 // posted. If it posts fewer than len(wrs), the error says why wrs[n] was
 // refused: ErrInvalid (a malformed request: unknown opcode, too many
 // SGEs), ErrQueueFull (the send queue or the send CQ is full), ErrQPState
-// (the queue pair is not connected), ErrClosed (destroyed). Nothing is
+// (the queue pair is not connected), ErrClosed (destroyed), or the error of
+// the provider's PostFilter (the whole batch then). Nothing is
 // checked against memory at post time: a bad lkey or range completes with
 // StatusLocalProtectionError.
 //
@@ -106,6 +110,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 // allocate. It is safe to call concurrently with every other method; the
 // order between concurrent posters is the order they take the queue.
 func (qp *QP) PostSendBatch(wrs []SendWR) (int, error) {
+	if err := qp.filterPost(false, len(wrs)); err != nil {
+		return 0, err
+	}
 	for i := range wrs {
 		if err := qp.checkSend(&wrs[i]); err != nil {
 			if i > 0 {
@@ -118,6 +125,20 @@ func (qp *QP) PostSendBatch(wrs []SendWR) (int, error) {
 		}
 	}
 	return qp.postSends(wrs)
+}
+
+// filterPost asks the provider's PostFilter, if it has one, about a post of
+// n work requests on a queue pair with a connection.
+func (qp *QP) filterPost(recv bool, n int) error {
+	f := qp.dev.postFilter
+	if f == nil {
+		return nil
+	}
+	ep := qp.ep.Load()
+	if ep == nil {
+		return nil
+	}
+	return f.FilterPost(ep, recv, n)
 }
 
 // postSends posts checked work requests.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -56,6 +57,7 @@ uses exs over the in-process provider and says so in the header.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &streamOpts{}
 				o.register(fs, compareDefaults)
+				o.registerBeside(fs)
 				return func(ctx context.Context, e *env) error { return runCompare(ctx, e, o, false) }
 			}},
 		{name: "engine", synopsis: "[flags]", short: "the protocol engine alone over process memory, with copy() anchors",
@@ -112,6 +114,7 @@ message).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &streamOpts{}
 				o.register(fs, rateDefaults)
+				o.registerBeside(fs)
 				return func(ctx context.Context, e *env) error { return runRate(ctx, e, o) }
 			}},
 		{name: "server", synopsis: "[flags]", short: "serve measurements for exsperf client (another process or host)",
@@ -127,10 +130,10 @@ socket) and sends each measurement's request on it (a 4-byte big-endian
 length, then JSON: test, mode, size, outstanding sends and recvs, stream
 buffer, warm-up, duration, wait mode); the server listens on ADDR.N (N
 counting its measurements; over TCP, ADDR's host on a port the system
-chooses) in that mode, answers with that address, accepts
-the data connection, receives (stream) or echoes (ping-pong), and for a
-stream replies on the control connection with the bytes, the interval and
-its own CPU time over it (getrusage RUSAGE_SELF).`,
+chooses) in that mode, answers with that address, accepts the data
+connection, receives (stream) or echoes (ping-pong), and for a stream
+replies on the control connection with the bytes, the interval and its own
+CPU time over it (getrusage RUSAGE_SELF).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &serverOpts{}
 				o.register(fs)
@@ -141,8 +144,9 @@ its own CPU time over it (getrusage RUSAGE_SELF).`,
 side's CPU time (RUSAGE_SELF of each process); with --lat, also ping-pong
 latency. ADDR (or --addr) is tcp:HOST:PORT, HOST:PORT or HOST (port 5201 by
 default): the plain-TCP anchor; or shm:PATH (exs+shm:PATH): exs over the
-same-host provider, or exs+tcp:HOST:PORT: exs over the TCP provider, each size in each of --modes, with the percentage of
-bytes sent directly (see "exsperf help server" for the protocol).`,
+same-host provider, or exs+tcp:HOST:PORT: exs over the TCP provider, each
+size in each of --modes, with the percentage of bytes sent directly (see
+"exsperf help server" for the protocol).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &clientOpts{}
 				o.register(fs)
@@ -153,6 +157,10 @@ bytes sent directly (see "exsperf help server" for the protocol).`,
 				o := &serverOpts{}
 				o.register(fs)
 				return func(ctx context.Context, e *env) error { return runServer(ctx, e, o, true) }
+			}},
+		{name: "neighbour", hidden: true, synopsis: "", short: "a CPU-bound process beside a parent exsperf (internal)",
+			setup: func(*flag.FlagSet) func(context.Context, *env) error {
+				return func(_ context.Context, e *env) error { return measure.Spin(e.stdout) }
 			}},
 	}
 }
@@ -232,9 +240,9 @@ Subcommands:
 			commandUsage(w, &cmds[i])
 		}
 	}
-	fmt.Fprintf(w, "\nTransports (--transport): auto (%s; exs where the same-host provider cannot run, said in the header), %s.\n", autoTransport, transportNames())
-	for _, t := range transports {
-		fmt.Fprintf(w, "  %-9s %s\n", t.name, t.help)
+	fmt.Fprintf(w, "\nTransports (--transport): auto (%s; exs where the same-host provider cannot run, said in the header), %s.\n", measure.Auto, measure.Names())
+	for _, t := range measure.Transports {
+		fmt.Fprintf(w, "  %-9s %s\n", t.Name, t.Help)
 	}
 }
 
@@ -253,6 +261,7 @@ func commandUsage(w io.Writer, c *command) {
 // streamOpts are the flags of the stream commands (compare, engine, rate).
 type streamOpts struct {
 	duration, warmup time.Duration
+	maxWarmup        time.Duration
 	rounds           int
 	sizes            []int
 	sends, recvs     int
@@ -265,10 +274,13 @@ type streamOpts struct {
 	seed             int64
 	verify           bool
 	quiet            bool
+	ucx              string // the UCX anchor: auto or off
+	neighbour        bool   // a CPU-bound process beside the run
 }
 
 type streamDefaults struct {
 	duration, warmup time.Duration
+	maxWarmup        time.Duration
 	rounds           int
 	sizes            []int
 	sends, recvs     int
@@ -277,15 +289,21 @@ type streamDefaults struct {
 }
 
 var (
-	compareDefaults = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
-	engineDefaults  = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
-	rateDefaults    = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, 3, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
+	compareDefaults = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "auto", "tcp"}
+	engineDefaults  = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{64, 4 << 10, 64 << 10, 1 << 20}, 16, 32, "engine", "off"}
+	rateDefaults    = streamDefaults{100 * time.Millisecond, 30 * time.Millisecond, defaultMaxWarmup, 3, []int{8, 64, 512}, 32, 64, "auto", "tcp"}
 )
+
+// defaultMaxWarmup is the longest warm-up of a point of the stream
+// commands by default: most points' rates are steady well before it.
+const defaultMaxWarmup = 300 * time.Millisecond
 
 func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	o.duration, o.warmup, o.rounds, o.sizes, o.sends, o.recvs = d.duration, d.warmup, d.rounds, d.sizes, d.sends, d.recvs
-	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), modes...), d.transport, d.tcp, "cubic", 1
+	o.maxWarmup = d.maxWarmup
+	o.ring, o.modes, o.transport, o.tcp, o.cc, o.seed = 4<<20, append([]dynproto.Mode(nil), measure.Modes...), d.transport, d.tcp, "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
+	fs.DurationVar(&o.maxWarmup, "warmup-max", o.maxWarmup, "warm each point up past --warmup until its rate holds steady (three 10 ms slices within 10% of each other), for at most this long; at or below --warmup, warm up for --warmup exactly")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per point, interleaved with the other points; the median is reported")
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes: a list, with ranges (64..1M, 64..1M:4)")
 	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes (iperf3's length)")
@@ -294,7 +312,7 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	fs.Var(sizeFlag{&o.ring}, "ring", "stream buffer (ring) size for indirect transfers")
 	fs.Var(modesFlag{&o.modes}, "modes", "modes to run: direct-only, indirect-only, dynamic")
 	if d.transport != "engine" {
-		fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
+		fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+measure.Names())
 		fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp (in this process), tcp-proc (to a child process) or off")
 		registerTCP(fs, &o.cc)
 	}
@@ -302,11 +320,40 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
 }
 
+// registerBeside registers the flags of what runs beside the measurements:
+// the UCX anchor and a busy neighbour.
+func (o *streamOpts) registerBeside(fs *flag.FlagSet) {
+	o.ucx = "auto"
+	fs.StringVar(&o.ucx, "ucx", o.ucx, "the UCX anchor: auto (ucx_perftest tag_bw and ucp_put_bw at each size, tag_lat at 64 B, over shared memory and cross-memory attach, when ucx_perftest is on PATH) or off")
+	fs.BoolVar(&o.neighbour, "neighbour", false, "start one CPU-bound process (a loop on one thread) beside the run, as on a machine shared with other work")
+}
+
+// schedule is the measuring schedule, telling prog of each point.
+func (o *streamOpts) schedule(prog *progress) measure.Schedule {
+	return measure.Schedule{Seed: o.seed, Rounds: o.rounds, Warmup: o.warmup, MaxWarmup: o.maxWarmup, Duration: o.duration, Step: prog.step}
+}
+
+// openTransport opens the transport called name; an unknown name is a
+// usage error.
+func openTransport(name string) (measure.Transport, error) {
+	t, err := measure.Open(name)
+	if errors.Is(err, measure.ErrUnknownTransport) {
+		return nil, usageError{err}
+	}
+	return t, err
+}
+
+// steady reports whether each point warms up until its rate is steady.
+func (o *streamOpts) steady() bool { return o.maxWarmup > o.warmup }
+
 // timing describes the measuring schedule.
 func (o *streamOpts) timing() string {
 	r := ""
 	if o.rounds > 1 {
 		r = fmt.Sprintf(", median of %d rounds", o.rounds)
+	}
+	if o.steady() {
+		return fmt.Sprintf("%v per point after a warm-up until its rate is steady (at least %v, at most %v)%s; run order seed %d", o.duration, o.warmup, o.maxWarmup, r, o.seed)
 	}
 	return fmt.Sprintf("%v per point after %v warm-up%s; run order seed %d", o.duration, o.warmup, r, o.seed)
 }
@@ -330,14 +377,35 @@ func registerOutput(fs *flag.FlagSet, json *string, seed *int64, quiet *bool) {
 	fs.BoolVar(quiet, "q", false, "shorthand for --quiet")
 }
 
-func (o *streamOpts) check(e *env) error {
+// checkTiming checks that a command has no arguments after its flags, and
+// its timing.
+func checkTiming(e *env, duration, warmup time.Duration) error {
 	if len(e.args) > 0 {
 		return usagef("unexpected argument %q", e.args[0])
 	}
-	if err := durationOK("duration", o.duration, false); err != nil {
+	if err := durationOK("duration", duration, false); err != nil {
 		return usageError{err}
 	}
-	if err := durationOK("warmup", o.warmup, true); err != nil {
+	if err := durationOK("warmup", warmup, true); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// checkTCP checks the choice of TCP anchor.
+func checkTCP(tcp string) error {
+	switch tcp {
+	case "tcp", "tcp-proc", "off":
+		return nil
+	}
+	return usagef("--tcp %q: want tcp, tcp-proc or off", tcp)
+}
+
+func (o *streamOpts) check(e *env) error {
+	if err := checkTiming(e, o.duration, o.warmup); err != nil {
+		return err
+	}
+	if err := durationOK("warmup-max", o.maxWarmup, true); err != nil {
 		return usageError{err}
 	}
 	if o.rounds < 1 || o.rounds > 1000 {
@@ -349,17 +417,18 @@ func (o *streamOpts) check(e *env) error {
 	if len(o.modes) == 0 || len(o.sizes) == 0 {
 		return usagef("no modes or no sizes")
 	}
-	switch o.tcp {
-	case "tcp", "tcp-proc", "off":
-	default:
-		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
+	if err := checkTCP(o.tcp); err != nil {
+		return err
+	}
+	if o.ucx != "" && o.ucx != "auto" && o.ucx != "off" {
+		return usagef("--ucx %q: want auto or off", o.ucx)
 	}
 	for _, s := range o.sizes {
 		if s > 64<<20 {
-			return usagef("size %s: at most 64 MiB (buffers for every outstanding operation are allocated)", sizeName(s))
+			return usagef("size %s: at most 64 MiB (buffers for every outstanding operation are allocated)", measure.SizeName(s))
 		}
 		if mem := int64(s) * int64(o.sends+o.recvs); mem > 4<<30 {
-			return usagef("size %s with %d sends and %d recvs needs %d MiB of buffers: too much", sizeName(s), o.sends, o.recvs, mem>>20)
+			return usagef("size %s with %d sends and %d recvs needs %d MiB of buffers: too much", measure.SizeName(s), o.sends, o.recvs, mem>>20)
 		}
 	}
 	return nil

@@ -1,73 +1,48 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
-// A point is one measurement of a stream table: a mode on the transport, or
-// an anchor.
-type point struct {
-	run    string
-	tr     transport // nil for the copy anchors
-	copies int       // 1 or 2 for the copy anchors
-	cross  bool      // the two copies on two CPUs (crossCopyAnchor)
-	params pairParams
+// transports are what a command measures on: a transport and the TCP
+// anchor (nil if off), with what there is to say of the anchor.
+type transports struct {
+	tr, tcp measure.Transport
+	notes   []string
 }
 
-// measure runs one point.
-func measure(ctx context.Context, pt point, warmup, d time.Duration) (result, error) {
-	if pt.tr == nil {
-		if pt.cross {
-			return crossCopyAnchor(ctx, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
-		}
-		return copyAnchor(ctx, pt.copies, pt.params.Size, pt.params.Sends, pt.params.Recvs, pt.params.Ring, warmup, d)
-	}
-	pr, err := pt.tr.Open(ctx, pt.params)
+// openTransports opens the transport called name and the TCP anchor called
+// which (prepareTCP).
+func openTransports(name, which string, cc *string) (*transports, error) {
+	tr, err := openTransport(name)
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	r, err := pr.Stream(ctx, warmup, d)
-	return r, errors.Join(err, pr.Close())
+	tcp, notes, err := prepareTCP(which, cc)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return &transports{tr: tr, tcp: tcp, notes: notes}, nil
 }
 
-// anchors are the names of the anchor runs, in table order.
-const (
-	runCopy1  = "copy() x1"
-	runCopy2  = "copy() x2"
-	runCopy2C = "copy() x2, 2 CPUs"
-)
-
-// copyAnchors are the points of the three copy anchors.
-func copyAnchors(base pairParams) []point {
-	return []point{{run: runCopy1, copies: 1, params: base}, {run: runCopy2, copies: 2, params: base},
-		{run: runCopy2C, copies: 2, cross: true, params: base}}
-}
-
-// copyNote says what the copy anchors are.
-const copyNote = "copy() x1 and x2: the same send and recv buffers copied once, or twice through a ring of the stream buffer's size, on one thread; copy() x2, 2 CPUs: the two copies made by two threads bound to two CPUs, one into the ring and one out of it, as the two ends of an indirect transfer make them"
-
-func tcpRunName(t transport) string {
-	if t.Name() == "tcp-proc" {
-		return "TCP (2 processes)"
+// close closes the anchor and then the transport.
+func (ts *transports) close() {
+	if ts.tcp != nil {
+		ts.tcp.Close()
 	}
-	return "TCP"
+	ts.tr.Close()
 }
 
 // prepareTCP opens the TCP anchor named by which ("off" gives nil) and
 // checks that the congestion control can be set, falling back to the
 // system's default with a note if not.
-func prepareTCP(which string, cc *string) (transport, []string, error) {
+func prepareTCP(which string, cc *string) (measure.Transport, []string, error) {
 	if which == "off" {
 		return nil, nil, nil
 	}
@@ -75,10 +50,10 @@ func prepareTCP(which string, cc *string) (transport, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sys := systemCongestion()
+	sys := measure.SystemCongestion()
 	var notes []string
 	if *cc != "" {
-		if err := probeCongestion(*cc); err != nil {
+		if err := measure.ProbeCongestion(*cc); err != nil {
 			notes = append(notes, fmt.Sprintf("could not set TCP congestion control %s (%v): using the system default %s", *cc, err, sys))
 			*cc = ""
 		}
@@ -91,150 +66,67 @@ func prepareTCP(which string, cc *string) (transport, []string, error) {
 	return t, notes, nil
 }
 
-func probeCongestion(cc string) error {
-	lc := net.ListenConfig{Control: congestionControl(cc)}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	return ln.Close()
-}
-
-// runStreams measures the points of each size in rounds and calls emit with
-// a size's results, in the order given, once all of them are measured. Each
-// round measures every point once, in an order shuffled with seed, so that
-// drift in the machine's speed spreads over all points; each point's result
-// is its median round by throughput, carrying the rounds' range.
-func runStreams(ctx context.Context, prog *progress, seed int64, rounds int, warmup, d time.Duration, sizes []int, pointsFor func(size int) []point, emit func(size int, pts []point, rs []result)) error {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x657873706572))
-	for _, size := range sizes {
-		pts := pointsFor(size)
-		all := make([][]result, len(pts))
-		for range rounds {
-			for _, i := range rng.Perm(len(pts)) {
-				prog.step(fmt.Sprintf("%s %s", sizeName(size), pts[i].run))
-				r, err := measure(ctx, pts[i], warmup, d)
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", sizeName(size), pts[i].run, err)
-				}
-				all[i] = append(all[i], r)
-			}
-		}
-		rs := make([]result, len(pts))
-		for i := range pts {
-			rs[i] = median(all[i])
-		}
-		emit(size, pts, rs)
-	}
-	return nil
-}
-
-// median returns the result with the median throughput, with the range of
-// all the rounds' throughputs.
-func median(rs []result) result {
-	sorted := slices.Clone(rs)
-	slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.gbps(), b.gbps()) })
-	m := sorted[(len(sorted)-1)/2]
-	m.Rounds, m.MinGBps, m.MaxGBps = len(rs), sorted[0].gbps(), sorted[len(sorted)-1].gbps()
-	m.RoundGBps = nil
-	for _, r := range rs {
-		m.RoundGBps = append(m.RoundGBps, r.gbps())
-	}
-	return m
-}
-
 func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
+	defer ts.close()
+	bs, err := openBeside(ctx, o)
 	if err != nil {
 		return err
 	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(),
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed, "tcp_congestion_control": o.cc}}
-	rep.Notes = append(notes, copyNote)
+	defer bs.close()
+	tr, tcp := ts.tr, ts.tcp
+	rep := newReport(e, tr, nil, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"tcp_congestion_control": o.cc, "neighbour": o.neighbour})
+	rep.Notes = append(append(ts.notes, measure.CopyNote), bs.notes...)
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
 	}
-	title := "exsperf: direct-only, indirect-only and dynamic against the memory-copy limit and TCP"
+	title := "exsperf: direct-only, indirect-only and dynamic against the memory-copy limit, TCP and UCX"
 	if engineOnly {
 		title = "exsperf engine: the protocol engine alone, against the memory-copy limit"
 	}
 	fmt.Fprintln(out, title)
-	fmt.Fprintf(out, "host: %s\n", host)
+	fmt.Fprintf(out, "host: %s\n", rep.Host)
 	fmt.Fprintf(out, "transport: %s: %s\n", tr.Name(), tr.Describe())
-	rep.Notes = append(rep.Notes, transportNotes(tr)...)
-	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, sizeName(o.ring), o.timing())
+	rep.Notes = append(rep.Notes, measure.Notes(tr)...)
+	fmt.Fprintf(out, "outstanding sends %d, recvs %d; stream buffer %s; %s\n", o.sends, o.recvs, measure.SizeName(o.ring), o.timing())
 	for _, n := range rep.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
 	fmt.Fprintln(out)
-	t := &table{
-		head:  []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"},
-		align: []bool{true, false, true, true, true, true, true, true, true, true},
-	}
-	if tcp == nil {
-		t.head = slices.Delete(t.head, 5, 6)
-		t.align = t.align[:len(t.head)]
-	}
+	cols := compareCols{tcp: tcp, ucx: bs.ucx != nil}
 	// Print the header now and rows as sizes complete.
-	hdr := *t
-	hdr.write(out)
-	points := func(size int) []point {
-		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-		pts := copyAnchors(base)
+	cols.table().write(out)
+	points := func(size int) []measure.Point {
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		pts := measure.CopyAnchors(base)
 		if tcp != nil {
-			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
-		for _, m := range o.modes {
-			p := base
-			p.Mode = m
-			pts = append(pts, point{run: m.String(), tr: tr, params: p})
-		}
-		return pts
+		pts = append(pts, bs.ucxPoints(base)...)
+		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
-	nPoints := len(points(1))
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*nPoints*o.rounds)
-	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
-		var copyRate, tcpRate float64
+	prog := newProgress(e.stderr, o.quiet, countPoints(o.sizes, points)*o.rounds)
+	var warm warmups
+	var ul ucxLines
+	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
 		for i, pt := range pts {
-			if pt.run == runCopy1 {
-				copyRate = rs[i].gbps()
-			}
-			if tcp != nil && pt.tr == tcp {
-				tcpRate = rs[i].gbps()
-			}
+			warm.add(size, pt, rs[i])
 		}
-		t.rows = nil
-		for i, pt := range pts {
-			trName := "anchor"
-			if pt.tr != nil {
-				trName = pt.tr.Name()
-			}
-			rw := makeRow("compare", trName, pt.run, pt.params, rs[i])
-			rep.Stream = append(rep.Stream, rw)
-			cells := []string{sizeName(size), pt.run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
-			if tcp != nil {
-				cells = append(cells, ratio(rw.GBps, tcpRate))
-			}
-			cells = append(cells, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3))
-			t.add(cells...)
-		}
+		ul.add(size, pts, rs)
+		rows, cells := cols.rows(size, pts, rs)
+		rep.Stream = append(rep.Stream, rows...)
 		prog.clear()
-		for _, r := range t.rows {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
+		for _, c := range cells {
+			fmt.Fprintf(out, "| %s |\n", strings.Join(c, " | "))
 		}
 	})
 	prog.done()
@@ -242,13 +134,22 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 		return err
 	}
 	fmt.Fprintln(out)
-	if n := pathNotes(tr); len(n) > 0 {
-		rep.Notes = append(rep.Notes, n...)
-		for _, l := range n {
-			fmt.Fprintf(out, "path: %s\n", l)
+	var after []string
+	if o.steady() {
+		after = append(after, warm.line(o.maxWarmup))
+	}
+	after = append(after, bs.close())
+	for _, l := range measure.PathNotes(tr) {
+		after = append(after, "path: "+l)
+	}
+	for _, l := range after {
+		if l != "" {
+			rep.Notes = append(rep.Notes, l)
+			fmt.Fprintln(out, l)
 		}
 	}
-	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP: the median as a multiple of the copy() x1 and TCP rows of the same size.")
+	ul.write(out)
+	fmt.Fprintln(out, "GB/s: the median round, range: the lowest and highest round; x copy(), x TCP, x UCX: the median as a multiple of the copy() x1, TCP and UCX tag_bw rows of the same size.")
 	fmt.Fprintln(out, "CPU s/GB: CPU seconds per GB received; '-' where a side's time cannot be told apart.")
 	if !engineOnly && tr.Name() == "engine" {
 		fmt.Fprintln(out, "The socket API (exs over verbs) is not measured yet: this run measures the protocol engine alone.")
@@ -259,13 +160,71 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	return nil
 }
 
-// pathNotes says, after the measurements, how a transport that crosses
-// processes moved the bytes (from its provider's statistics).
-func pathNotes(t transport) []string {
-	if p, ok := t.(*exsProcTransport); ok {
-		return p.notes()
+// countPoints is the number of points of sizes.
+func countPoints(sizes []int, points func(size int) []measure.Point) int {
+	n := 0
+	for _, s := range sizes {
+		n += len(points(s))
 	}
-	return nil
+	return n
+}
+
+// compareCols are the anchors a compare table has columns for.
+type compareCols struct {
+	tcp measure.Transport // nil: no TCP anchor
+	ucx bool              // the UCX anchor ran
+}
+
+// table is the table's header.
+func (cc compareCols) table() *table {
+	t := &table{head: []string{"size", "run", "GB/s", "range", "x copy()"}, align: []bool{true, false, true, true, true}}
+	if cc.tcp != nil {
+		t.head = append(t.head, "x TCP")
+	}
+	if cc.ucx {
+		t.head = append(t.head, "x UCX")
+	}
+	t.head = append(t.head, "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total")
+	for len(t.align) < len(t.head) {
+		t.align = append(t.align, true)
+	}
+	return t
+}
+
+// rows are the rows of one size's results and the cells of those in the
+// table: each throughput also as a multiple of copy() x1's and, with
+// those anchors, of TCP's and of UCX tag_bw's. A latency anchor's row is
+// not in the table (see ucxLines).
+func (cc compareCols) rows(size int, pts []measure.Point, rs []measure.Result) ([]row, [][]string) {
+	var copyRate, tcpRate, ucxRate float64
+	for i, pt := range pts {
+		switch {
+		case pt.Run == measure.RunCopy1:
+			copyRate = rs[i].GBps()
+		case cc.tcp != nil && pt.Tr == cc.tcp:
+			tcpRate = rs[i].GBps()
+		case pt.Run == measure.UCXRunName(measure.UCXTagBW):
+			ucxRate = rs[i].GBps()
+		}
+	}
+	var rows []row
+	var cells [][]string
+	for i, pt := range pts {
+		rw := makeRow("compare", pt.TransportName(), pt.Run, pt.Params, rs[i])
+		rows = append(rows, rw)
+		if rs[i].Latency > 0 {
+			continue
+		}
+		c := []string{measure.SizeName(size), pt.Run, sig(rw.GBps), spread(rw), ratio(rw.GBps, copyRate)}
+		if cc.tcp != nil {
+			c = append(c, ratio(rw.GBps, tcpRate))
+		}
+		if cc.ucx {
+			c = append(c, ratio(rw.GBps, ucxRate))
+		}
+		cells = append(cells, append(c, num(rw.PctDirect, 0), num(rw.CPUSend, 3), num(rw.CPURecv, 3), num(rw.CPUTotal, 3)))
+	}
+	return rows, cells
 }
 
 func spread(r row) string {
@@ -286,28 +245,27 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	if err := o.check(e); err != nil {
 		return err
 	}
-	tr, err := openTransport(o.transport)
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
+	defer ts.close()
+	bs, err := openBeside(ctx, o)
 	if err != nil {
 		return err
 	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-			"duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed}}
+	defer bs.close()
+	tr, tcp := ts.tr, ts.tcp
+	notes := append(ts.notes, bs.notes...)
+	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"neighbour": o.neighbour})
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
 	}
 	fmt.Fprintln(out, "exsperf rate: message rate")
-	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", rep.Host, tr.Name(), tr.Describe())
 	fmt.Fprintf(out, "outstanding sends %d, recvs %d; %s\n", o.sends, o.recvs, o.timing())
 	for _, n := range notes {
 		fmt.Fprintf(out, "note: %s\n", n)
@@ -316,40 +274,46 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	t := &table{head: []string{"size", "run", "M msg/s", "GB/s", "% direct", "CPU us/msg total"}, align: []bool{true, false, true, true, true, true}}
 	hdr := *t
 	hdr.write(out)
-	points := func(size int) []point {
-		base := pairParams{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
-		var pts []point
+	points := func(size int) []measure.Point {
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		var pts []measure.Point
 		if tcp != nil {
-			pts = append(pts, point{run: tcpRunName(tcp), tr: tcp, params: base})
+			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
 		}
-		for _, m := range o.modes {
-			p := base
-			p.Mode = m
-			pts = append(pts, point{run: m.String(), tr: tr, params: p})
-		}
-		return pts
+		pts = append(pts, bs.ucxPoints(base, measure.UCXTagBW)...)
+		return append(pts, measure.ModePoints(tr, o.modes, base)...)
 	}
-	prog := newProgress(e.stderr, o.quiet, len(o.sizes)*len(points(1))*o.rounds)
-	err = runStreams(ctx, prog, o.seed, o.rounds, o.warmup, o.duration, o.sizes, points, func(size int, pts []point, rs []result) {
+	prog := newProgress(e.stderr, o.quiet, countPoints(o.sizes, points)*o.rounds)
+	var warm warmups
+	var ul ucxLines
+	err = o.schedule(prog).Run(ctx, o.sizes, points, func(size int, pts []measure.Point, rs []measure.Result) {
 		prog.clear()
+		ul.add(size, pts, rs)
 		for i, pt := range pts {
-			rw := makeRow("rate", pt.tr.Name(), pt.run, pt.params, rs[i])
+			warm.add(size, pt, rs[i])
+			rw := makeRow("rate", pt.Tr.Name(), pt.Run, pt.Params, rs[i])
 			rep.Stream = append(rep.Stream, rw)
 			perMsg := "-"
 			if rs[i].CPUTotal >= 0 && rs[i].Msgs > 0 {
 				perMsg = sig(float64(rs[i].CPUTotal) / 1e3 / float64(rs[i].Msgs))
 			}
-			fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", sizeName(size), pt.run, sig(rw.MsgsPerS/1e6), sig(rw.GBps), num(rw.PctDirect, 0), perMsg)
+			fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", measure.SizeName(size), pt.Run, sig(rw.MsgsPerS/1e6), sig(rw.GBps), num(rw.PctDirect, 0), perMsg)
 		}
 	})
 	prog.done()
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(out)
+	if o.steady() {
+		fmt.Fprintln(out, warm.line(o.maxWarmup))
+	}
+	if l := bs.close(); l != "" {
+		fmt.Fprintln(out, l)
+	}
+	ul.write(out)
 	if o.json != "" {
 		return writeJSON(o.json, e.stdout, rep)
 	}
 	return nil
 }
-
-var _ = dynproto.Dynamic

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"os"
@@ -16,64 +14,42 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/dynproto"
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(peerEnv) == "1" {
-		// Re-executed by procTransport as "exsperf peer".
-		switch os.Getenv(fakePeerEnv) {
-		case "silent":
-			time.Sleep(time.Minute)
-			os.Exit(0)
-		case "exit":
-			os.Exit(3)
-		case "chatty":
-			os.Exit(chattyPeer())
-		}
+	if os.Getenv(measure.PeerEnv) == "1" {
+		// Re-executed as "exsperf peer" by a transport with a child
+		// process.
 		main()
 		return
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// fakePeerEnv makes a re-executed peer misbehave: "silent" never prints its
-// address line (and ignores its stdin for a minute), "exit" exits with
-// status 3 before printing it, "chatty" serves as usual but prints 4 MiB
-// more after it and exits only once they are written.
-const fakePeerEnv = "EXSPERF_TEST_FAKE_PEER"
+// fast are flags that keep a run short: a fixed warm-up.
+var fast = []string{"-t", "20ms", "-w", "5ms", "--warmup-max", "0", "-q", "--rounds", "1"}
 
-// chattyPeer is the "chatty" peer; it returns the exit status.
-func chattyPeer() int {
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	go func() { // owner: chattyPeer, which waits for done
-		defer close(done)
-		br := bufio.NewReader(pr)
-		line, _ := br.ReadString('\n')
-		os.Stdout.WriteString(line)
-		os.Stdout.Write(bytes.Repeat([]byte("chatter\n"), 512<<10))
-		io.Copy(os.Stdout, br)
-	}()
-	err := run(context.Background(), os.Args[1:], pw, os.Stderr)
-	pw.Close()
-	<-done
+// fakeUCX puts a fake ucx_perftest (measure's testdata/ucx_perftest, which
+// reports 1 GiB/s and a one-way latency of 0.5 us) alone on PATH for the
+// rest of the test.
+func fakeUCX(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("internal", "measure", "testdata", measure.UCXCommand))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "exsperf:", err)
-		return 1
+		t.Fatal(err)
 	}
-	return 0
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, measure.UCXCommand), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
 }
-
-// fast are flags that keep a run short.
-var fast = []string{"-t", "20ms", "-w", "5ms", "-q", "--rounds", "1"}
 
 // exsperf runs the command line args with a deadline and returns stdout.
 func exsperf(t *testing.T, args ...string) string {
@@ -121,16 +97,26 @@ func number(t *testing.T, cell string) float64 {
 	return v
 }
 
+// mayStarve reports whether a run may move nothing in the tests' 20 ms
+// intervals: the two-CPU copy anchor spins on two threads bound to CPUs 0
+// and 1, and on a loaded machine, or when the runtime needs one of the two
+// Ps they hold, one of them can wait out a whole interval (measure's
+// TestCopyAnchors checks that it moves bytes).
+func mayStarve(run string) bool { return run == measure.RunCopy2C }
+
+// TestCompare runs the default command with the UCX anchor (a fake
+// ucx_perftest) and the steady-rate warm-up.
 func TestCompare(t *testing.T) {
-	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3")...)
+	fakeUCX(t)
+	out := exsperf(t, append(fast, "--sizes", "64,5000", "--verify", "--rounds", "3", "--warmup-max", "30ms")...)
 	rows := tableRows(t, out)
 	head, rows := rows[0], rows[1:]
-	want := []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
+	want := []string{"size", "run", "GB/s", "range", "x copy()", "x TCP", "x UCX", "% direct", "CPU s/GB send", "CPU s/GB recv", "CPU s/GB total"}
 	if diff := cmp.Diff(want, head); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	if len(rows) != 2*7 {
-		t.Fatalf("%d rows, want 14:\n%s", len(rows), out)
+	if len(rows) != 2*9 {
+		t.Fatalf("%d rows, want 18:\n%s", len(rows), out)
 	}
 	for _, r := range rows {
 		if len(r) != len(want) {
@@ -138,10 +124,13 @@ func TestCompare(t *testing.T) {
 		}
 		v := number(t, r[2])
 		lo, hi, _ := strings.Cut(r[3], "..")
-		if !(v > 0) || number(t, lo) > v || v > number(t, hi) {
+		if !(v > 0 || v == 0 && mayStarve(r[1])) || number(t, lo) > v || v > number(t, hi) {
 			t.Errorf("row %q: throughput %v outside its range", r, v)
 		}
-		pct := number(t, r[6])
+		if strings.HasPrefix(r[1], "UCX ") && (r[2] != "1.07" || r[6] != "1.00") {
+			t.Errorf("UCX row %q: want the fake's 1.07 GB/s, 1.00 x UCX tag_bw", r)
+		}
+		pct := number(t, r[7])
 		switch r[1] {
 		case "direct-only":
 			if pct != 100 {
@@ -161,14 +150,20 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"transport: " + autoTransport, "congestion control", "copy() x1 and x2", "path: "} {
+	for _, s := range []string{"transport: " + measure.Auto, "congestion control", "copy() x1 and x2", "path: ",
+		"note: UCX: ucx_perftest", "UCX tag_lat 64 B: one-way latency 0.500 us (median of 3 rounds, 0.500..0.500)",
+		"UCX ucp_put_bw 5000 B: UCX_TLS=posix,cma,self ucx_perftest -p ", " -t ucp_put_bw -s 5000 -n ",
+		"warm-up: each point ran until its rate held steady"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not say %q:\n%s", s, out)
 		}
 	}
 }
 
+// TestCompareJSON runs without ucx_perftest on PATH: the report says the
+// UCX anchor is absent.
 func TestCompareJSON(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	out := exsperf(t, append(fast, "--sizes", "1K", "--modes", "dynamic", "--tcp", "tcp-proc", "--json", "-")...)
 	var rep report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -177,18 +172,21 @@ func TestCompareJSON(t *testing.T) {
 	var runs []string
 	for _, r := range rep.Stream {
 		runs = append(runs, r.Run)
-		if r.Size != 1024 || !(r.GBps > 0) || r.Bytes <= 0 {
+		if r.Size != 1024 || !(r.GBps > 0 && r.Bytes > 0 || r.Bytes == 0 && mayStarve(r.Run)) {
 			t.Errorf("row %+v", r)
 		}
 		if strings.HasPrefix(r.Run, "TCP") && (r.CPUSend == nil || r.CPURecv == nil) {
 			t.Errorf("two-process TCP row without each side's CPU: %+v", r)
 		}
 	}
-	if diff := cmp.Diff([]string{runCopy1, runCopy2, runCopy2C, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
+	if diff := cmp.Diff([]string{measure.RunCopy1, measure.RunCopy2, measure.RunCopy2C, "TCP (2 processes)", "dynamic"}, runs); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
-	if rep.Transport != autoTransport || rep.Host.Go == "" || rep.Host.CPUs < 1 {
+	if rep.Transport != measure.Auto || rep.Host.Go == "" || rep.Host.CPUs < 1 {
 		t.Errorf("report header %+v", rep)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "UCX anchor absent: ucx_perftest not found on PATH") }) {
+		t.Errorf("no note of the absent UCX anchor: %q", rep.Notes)
 	}
 }
 
@@ -204,7 +202,7 @@ func TestEngine(t *testing.T) {
 }
 
 func TestRate(t *testing.T) {
-	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "8")...)...)
+	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "8", "--ucx", "off")...)...)
 	rows := tableRows(t, out)
 	if len(rows) != 1+4 {
 		t.Fatalf("%d rows, want 5:\n%s", len(rows), out)
@@ -229,215 +227,6 @@ func TestLat(t *testing.T) {
 		if r.Samples < 1 || !(r.Min > 0) || r.Min > r.P50 || r.P50 > r.P99 || r.P99 > r.P999 {
 			t.Errorf("row %+v: percentiles out of order", r)
 		}
-	}
-}
-
-func TestSweep(t *testing.T) {
-	dir := t.TempDir()
-	out := exsperf(t, append([]string{"sweep"}, append(fast, "--sizes", "64,1M", "--sends-list", "4,64", "--fig3-sizes", "64,1M",
-		"--vwarmup", "100ms", "--vduration", "300ms", "--out", dir)...)...)
-	for _, fig := range []string{"Targets", "Figure 1", "Figure 2", "Figure 3", "Figure 4", "Figure 5"} {
-		if !strings.Contains(out, "## "+fig) {
-			t.Errorf("no %s in:\n%s", fig, out)
-		}
-	}
-	var rep report
-	b, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("sweep.json: %v", err)
-	}
-	count := map[string]int{}
-	fig3 := map[string]int{}
-	for _, r := range rep.Stream {
-		count[r.Figure]++
-		if r.Figure == "fig5" && !r.Virtual {
-			t.Errorf("fig5 row in wall time: %+v", r)
-		}
-		if r.Figure == "fig3" {
-			fig3[fmt.Sprintf("%d %s %d", r.Size, r.Run, r.Sends)]++
-		}
-	}
-	if diff := cmp.Diff(map[string]int{"fig1": 2 * 7, "fig3": 2 * 3 * 2, "fig5": 2 * 3}, count); diff != "" {
-		t.Errorf("rows per figure (-want +got):\n%s", diff)
-	}
-	for _, size := range []int{64, 1 << 20} {
-		for _, m := range modes {
-			for _, s := range []int{4, 64} {
-				if k := fmt.Sprintf("%d %s %d", size, m, s); fig3[k] != 1 {
-					t.Errorf("fig3: %d rows of %s", fig3[k], k)
-				}
-			}
-		}
-	}
-
-	// The targets: a ratio per point of figures 1, 3 and 5, and the three
-	// anchor ratios at 1 MiB.
-	tg := rep.Targets
-	if tg == nil {
-		t.Fatal("sweep.json has no targets")
-	}
-	if len(tg.Points) != 2+2*2+2 || len(tg.Figures) != 3 || len(tg.Anchors) != 3 || len(tg.Missing) != 0 {
-		t.Fatalf("targets: %d points, %d figures, %d anchors, not checked %q", len(tg.Points), len(tg.Figures), len(tg.Anchors), tg.Missing)
-	}
-	for _, f := range tg.Figures {
-		if f.Min == nil || f.Met == nil || *f.Met != (len(f.Below) == 0) {
-			t.Errorf("target %+v", f)
-		}
-		for _, p := range tg.Points {
-			if p.Figure == f.Figure && (p.Ratio < f.Min.Ratio || p.Ratio != p.Dynamic/p.Best) {
-				t.Errorf("%s: point %+v against min %+v", f.Figure, p, *f.Min)
-			}
-		}
-	}
-	if a := tg.Anchors[0]; a.Name != "direct-only / TCP" || a.Size != 1<<20 || a.Met != (a.Ratio >= 2) {
-		t.Errorf("anchor %+v", a)
-	}
-
-	for _, f := range []string{"fig1-throughput.svg", "fig2-cpu.svg", "fig3-sends.svg", "fig4-direct.svg", "fig5-distance.svg"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkSVG(t, f, b)
-		if n := strings.Count(string(b), "<svg"); f == "fig3-sends.svg" && n != 1+2 {
-			t.Errorf("%s: %d svg elements, want a document of 2 panels", f, n)
-		}
-	}
-	md, err := os.ReadFile(filepath.Join(dir, "sweep.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Each section's tables: header rows and data rows.
-	want := map[string][]int{
-		"Targets":  {1 + 2, 1 + 3 + 3}, // per point; the summary
-		"Figure 1": {1 + 2},
-		"Figure 2": {1 + 2},
-		"Figure 3": {1 + 2*3},
-		"Figure 4": {1 + 2},
-		"Figure 5": {1 + 2},
-	}
-	for _, sec := range strings.Split(string(md), "\n## ")[1:] {
-		name, _, _ := strings.Cut(sec, ":")
-		name, _, _ = strings.Cut(name, ",")
-		var got []int
-		for _, tb := range strings.Split(sec, "\n\n") {
-			if n := len(tableRows(t, tb)); n > 0 {
-				got = append(got, n)
-			}
-		}
-		if diff := cmp.Diff(want[name], got); diff != "" {
-			t.Errorf("section %q: table rows (-want +got):\n%s", name, diff)
-		}
-		delete(want, name)
-	}
-	if len(want) > 0 {
-		t.Errorf("sweep.md lacks %v", want)
-	}
-	for _, r := range tableRows(t, sectionOf(string(md), "Figure 3")) {
-		if len(r) != 4 {
-			t.Fatalf("figure 3 row %q: want size, mode and 2 sends", r)
-		}
-		if r[0] == "size" {
-			continue
-		}
-		if !strings.Contains(","+strings.Join(modeNames(modes), ",")+",", ","+r[1]+",") {
-			t.Errorf("figure 3 row %q: no mode %q", r, r[1])
-		}
-		for _, c := range r[2:] {
-			if v := number(t, c); !(v > 0) {
-				t.Errorf("figure 3 row %q: throughput %v", r, v)
-			}
-		}
-	}
-	for _, r := range tableRows(t, strings.Split(sectionOf(string(md), "Targets"), "\n\n")[1]) {
-		if r[0] == "size" {
-			if diff := cmp.Diff([]string{"size", "fig. 1", "fig. 3, sends 4", "fig. 3, sends 64", "fig. 5"}, r); diff != "" {
-				t.Errorf("targets head (-want +got):\n%s", diff)
-			}
-			continue
-		}
-		for _, c := range r[1:] {
-			if v := number(t, strings.Trim(c, "*")); !(v > 0) {
-				t.Errorf("targets row %q: ratio %v", r, v)
-			}
-		}
-	}
-}
-
-// sectionOf returns the markdown section whose heading starts with name.
-func sectionOf(md, name string) string {
-	for _, sec := range strings.Split(md, "\n## ")[1:] {
-		if strings.HasPrefix(sec, name) {
-			return sec
-		}
-	}
-	return ""
-}
-
-func TestSweepTargets(t *testing.T) {
-	rw := func(run string, gbps float64) row { return row{Run: run, GBps: gbps} }
-	fig1 := newGrid([]int{64, 1 << 20}, nil)
-	for _, r := range []row{rw("direct-only", 1), rw("indirect-only", 2), rw("dynamic", 1.8992), rw("copy() x2", 4), rw("TCP", 1)} {
-		fig1.set(64, r.Run, r)
-	}
-	for _, r := range []row{rw("direct-only", 8), rw("indirect-only", 4), rw("dynamic", 9), rw("copy() x2", 8), rw("copy() x2, 2 CPUs", 4), rw("TCP", 4)} {
-		fig1.set(1<<20, r.Run, r)
-	}
-	fig3 := newSendsGrid([]int{64, 1 << 20})
-	fig3.set(64, "dynamic", 4, rw("dynamic", 1)) // only dynamic: not checked
-	o := &sweepOpts{streamOpts: streamOpts{sizes: []int{64, 1 << 20}}, sendsList: []int{4}}
-	tg := sweepTargets(o, fig1, fig3, nil, "TCP")
-	if len(tg.Figures) != 2 || tg.Figures[1].Met != nil || tg.Figures[1].Points != 0 || len(tg.Missing) != 1 {
-		t.Fatalf("figures %+v, not checked %q", tg.Figures, tg.Missing)
-	}
-	f := tg.Figures[0]
-	if f.Points != 2 || f.Min == nil || f.Min.Size != 64 || f.Min.BestRun != "indirect-only" || len(f.Below) != 1 || *f.Met {
-		t.Errorf("figure 1: %+v", f)
-	}
-	if len(tg.Anchors) != 3 || !tg.Anchors[0].Met || tg.Anchors[0].Ratio != 2 || tg.Anchors[1].Met || tg.Anchors[1].Ratio != 0.5 ||
-		!tg.Anchors[2].Met || tg.Anchors[2].Ratio != 1 {
-		t.Errorf("anchors %+v", tg.Anchors)
-	}
-	var md strings.Builder
-	tg.write(&md)
-	for _, s := range []string{"| 64 B | **0.9496** |", "| 1 MiB | 1.12 |", "1 of 2 points below 0.95: 64 B 0.9496", "| no |", "figure 3 | not measured |", "not checked: fig3: 0 of 2 points"} {
-		if !strings.Contains(md.String(), s) {
-			t.Errorf("no %q in:\n%s", s, md.String())
-		}
-	}
-	if _, err := json.Marshal(tg); err != nil {
-		t.Error(err)
-	}
-}
-
-// checkSVG checks that b is well-formed XML with an svg root and at least one
-// line drawn.
-func checkSVG(t *testing.T, name string, b []byte) {
-	t.Helper()
-	d := xml.NewDecoder(bytes.NewReader(b))
-	root, lines := "", 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: not well-formed: %v", name, err)
-		}
-		if se, ok := tok.(xml.StartElement); ok {
-			if root == "" {
-				root = se.Name.Local
-			}
-			if se.Name.Local == "polyline" {
-				lines++
-			}
-		}
-	}
-	if root != "svg" || lines == 0 {
-		t.Errorf("%s: root %q, %d lines", name, root, lines)
 	}
 }
 
@@ -653,88 +442,10 @@ func TestLatencyPercentiles(t *testing.T) {
 	for i := 1000; i >= 1; i-- {
 		rts = append(rts, time.Duration(i)*time.Microsecond)
 	}
-	got := makeLatRow("x", "y", waitBlock, 8, rts)
+	got := makeLatRow("x", "y", measure.WaitBlock, 8, rts)
 	want := latRow{Transport: "x", Run: "y", Wait: "blocking", Size: 8, Samples: 1000, Min: 1, P50: 500, P99: 990, P999: 999, Mean: 500.5}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
-	}
-}
-
-// TestEnginePairDelivers streams through the engine pair in every mode with
-// a stream buffer small enough to wrap often, checking every byte.
-func TestEnginePairDelivers(t *testing.T) {
-	for _, m := range modes {
-		for _, size := range []int{1, 100, 4096 + 7} {
-			for _, so := range [][2]int{{1, 1}, {3, 8}, {8, 3}} {
-				t.Run(fmt.Sprintf("%v/%d/sends%d-recvs%d", m, size, so[0], so[1]), func(t *testing.T) {
-					mp, err := newMemPair(pairParams{Mode: m, Size: size, Sends: so[0], Recvs: so[1], Ring: 3 * 4096, Verify: true, Seed: 7})
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := mp.Stream(context.Background(), 0, 5*time.Millisecond)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Bytes == 0 || mp.b.recvOff == 0 {
-						t.Fatalf("nothing delivered: %+v", r)
-					}
-				})
-			}
-		}
-	}
-}
-
-// TestEnginePingPong checks that each round trip moves a whole message both
-// ways.
-func TestEnginePingPong(t *testing.T) {
-	for _, m := range modes {
-		mp, err := newMemPair(pairParams{Mode: m, Size: 1000, Sends: 1, Recvs: 1, Ring: 4096, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts, err := mp.PingPong(context.Background(), 0, 5*time.Millisecond, waitInline)
-		if err != nil {
-			t.Fatalf("%v: %v", m, err)
-		}
-		if n := int64(len(rts)); n == 0 || mp.b.recvBytes < 1000*n || mp.a.recvBytes < 1000*n {
-			t.Errorf("%v: %d round trips, %d and %d bytes received", m, len(rts), mp.a.recvBytes, mp.b.recvBytes)
-		}
-	}
-}
-
-// TestEmulatedLink checks the virtual-time link against its two limits: the
-// window (outstanding bytes per round trip) and the link rate.
-func TestEmulatedLink(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		mode dynproto.Mode
-		size int
-		link linkParams
-		want float64 // GB/s
-	}{
-		// 32 outstanding 64 KiB recvs per 48 ms round trip.
-		{"window", dynproto.DirectOnly, 64 << 10, linkParams{48 * time.Millisecond, 10e9}, 32 * 65536 / 0.048 / 1e9},
-		// 32 MiB outstanding per 1 ms: the 10 Gbit/s link limits.
-		{"link", dynproto.DirectOnly, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
-		{"link-dynamic", dynproto.Dynamic, 1 << 20, linkParams{time.Millisecond, 10e9}, 1.25},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := tc.link
-			mp, err := newMemPair(pairParams{Mode: tc.mode, Size: tc.size, Sends: 32, Recvs: 32, Ring: 4 << 20, Link: &l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := mp.Stream(context.Background(), 500*time.Millisecond, 2*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !r.Virtual || r.Elapsed != 2*time.Second {
-				t.Errorf("elapsed %v virtual %v", r.Elapsed, r.Virtual)
-			}
-			if got := r.gbps(); math.Abs(got-tc.want)/tc.want > 0.03 {
-				t.Errorf("%.4f GB/s, want %.4f within 3%%", got, tc.want)
-			}
-		})
 	}
 }
 
@@ -751,215 +462,13 @@ func TestSig(t *testing.T) {
 // falls back to the in-process provider and says why.
 func TestCompareFallback(t *testing.T) {
 	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
-	out := exsperf(t, append(fast, "--sizes", "4096", "--modes", "dynamic", "--tcp", "off")...)
+	out := exsperf(t, append(fast, "--sizes", "4096", "--modes", "dynamic", "--tcp", "off", "--ucx", "off")...)
 	for _, s := range []string{"could not run here", "in-process provider", "| 4 KiB | dynamic |"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
-	if strings.Contains(out, "transport: "+autoTransport) {
-		t.Errorf("output claims the %s transport:\n%s", autoTransport, out)
-	}
-}
-
-// TestExsLateSender: a sender that starts only after the receiver ended and
-// the stack closed (a loaded machine) is the end of the measurement, not a
-// failure; and a receiver whose sender starts late still measures data,
-// since its clock starts at the first completion.
-func TestExsLateSender(t *testing.T) {
-	p := pairParams{Mode: dynproto.Dynamic, Size: 4096, Sends: 4, Recvs: 8, Ring: 1 << 16}
-	t.Run("after close", func(t *testing.T) {
-		pr, err := exsTransport{}.Open(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xp := pr.(*exsPair)
-		var stop atomic.Bool
-		var sent atomic.Int64
-		stop.Store(true)
-		xp.st.Close()
-		if err := xp.cs.sender(&stop, &sent); err != nil {
-			t.Errorf("sender after the stack closed: %v, want nil", err)
-		}
-		if err := xp.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	t.Run("late start", func(t *testing.T) {
-		pr, err := exsTransport{}.Open(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xp := pr.(*exsPair)
-		defer xp.Close()
-		var stop atomic.Bool
-		var sent atomic.Int64
-		serr := make(chan error, 1)
-		time.AfterFunc(300*time.Millisecond, func() { serr <- xp.cs.sender(&stop, &sent) })
-		var got [2]int64
-		rerr := xp.rs.receiver(context.Background(), 5*time.Millisecond, 20*time.Millisecond, func(edge int, bytes int64) bool {
-			got[edge-1] = bytes
-			return edge != edgeEnd
-		})
-		stop.Store(true)
-		xp.st.Close()
-		if err := <-serr; err != nil {
-			t.Errorf("sender: %v", err)
-		}
-		if rerr != nil {
-			t.Fatalf("receiver: %v", rerr)
-		}
-		if got[1] <= got[0] {
-			t.Errorf("bytes at the edges %d, %d: nothing measured with a late sender", got[0], got[1])
-		}
-	})
-}
-
-// TestPeerStartFails: a child that never prints its address line, or exits
-// without it, makes starting the same-host transport (or the TCP one to a
-// child) fail with an error that says so, within the start timeout (or the
-// context's deadline) instead of hanging; the child is stopped and the
-// temporary directory removed.
-func TestPeerStartFails(t *testing.T) {
-	defer func(d time.Duration) { peerStartTimeout = d }(peerStartTimeout)
-	peerStartTimeout = 500 * time.Millisecond
-	exsShm := func(ctx context.Context) error {
-		tr, err := startExsProc(ctx)
-		if err == nil {
-			err = errors.Join(errors.New("started"), tr.Close())
-		}
-		return err
-	}
-	tcpProc := func(ctx context.Context) error {
-		tr, err := newProcTransport("tcp")
-		if err != nil {
-			return err
-		}
-		pr, err := tr.Open(ctx, pairParams{Size: 64, Sends: 1, Recvs: 1})
-		if err == nil {
-			err = errors.Join(errors.New("started"), pr.Close())
-		}
-		return errors.Join(err, tr.Close())
-	}
-	for _, c := range []struct {
-		name, fake string
-		start      func(context.Context) error
-		ctx        time.Duration // the context's deadline; 0 for none
-		want       string
-	}{
-		{"silent", "silent", exsShm, 0, "did not start: no address line within 500ms"},
-		{"silent ctx", "silent", exsShm, 200 * time.Millisecond, "context deadline exceeded"},
-		{"exit", "exit", exsShm, 0, "exit status 3"},
-		{"tcp silent", "silent", tcpProc, 0, "did not start: no address line within 500ms"},
-		{"tcp exit", "exit", tcpProc, 0, "exit status 3"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			tmp := t.TempDir()
-			t.Setenv("TMPDIR", tmp)
-			t.Setenv(fakePeerEnv, c.fake)
-			ctx := context.Background()
-			if c.ctx > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, c.ctx)
-				defer cancel()
-			}
-			begin := time.Now()
-			res := make(chan error, 1)
-			go func() { res <- c.start(ctx) }() // owner: this test, which takes res or fails
-			var err error
-			select {
-			case err = <-res:
-			case <-time.After(30 * time.Second):
-				t.Fatal("starting the transport has not returned after 30s")
-			}
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v, want one that says %q", err, c.want)
-			}
-			if el := time.Since(begin); el > 5*time.Second {
-				t.Errorf("the start took %v to fail", el)
-			}
-			if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-				t.Errorf("temporary directory after the failed start: %v, %v", ents, err)
-			}
-		})
-	}
-}
-
-// TestPeerChatty: a child that prints much more than a pipe holds after
-// its address line neither blocks nor has to be killed: a measurement runs
-// over it, and Close returns without error, well before the child would
-// be killed.
-func TestPeerChatty(t *testing.T) {
-	t.Setenv(fakePeerEnv, "chatty")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := startExsProc(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pairParams{Mode: dynproto.Dynamic, Size: 64, Sends: 1, Recvs: 1, Ring: 1 << 16, Wait: waitAdaptive}
-	pr, err := tr.Open(ctx, p)
-	if err == nil {
-		var rts []time.Duration
-		rts, err = pr.PingPong(ctx, 0, 20*time.Millisecond, waitAdaptive)
-		if err == nil && len(rts) == 0 {
-			err = errors.New("no round trips")
-		}
-		err = errors.Join(err, pr.Close())
-	}
-	if err != nil {
-		t.Errorf("ping-pong: %v", err)
-	}
-	begin := time.Now()
-	if err := tr.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if el := time.Since(begin); el >= peerExitTimeout {
-		t.Errorf("Close took %v", el)
-	}
-}
-
-func TestDynamicRatio(t *testing.T) {
-	rw := func(run string, rounds ...float64) row {
-		r := row{Run: run, RoundGBps: rounds}
-		if len(rounds) > 0 {
-			s := slices.Sorted(slices.Values(rounds))
-			r.GBps = s[(len(s)-1)/2]
-		}
-		return r
-	}
-	tests := []struct {
-		name                    string
-		direct, indirect, dynam row
-		want                    ratioPoint
-	}{
-		{"one round: ratio of the values", row{Run: "direct-only", GBps: 2}, row{Run: "indirect-only", GBps: 4}, row{Run: "dynamic", GBps: 3},
-			ratioPoint{Dynamic: 3, Best: 4, BestRun: "indirect-only", Ratio: 0.75}},
-		// Round 2 is slow for every run: the ratio within each round is 1,
-		// although the medians come from different rounds.
-		{"rounds: median of the ratios within rounds", rw("direct-only", 1, 0.1, 1), rw("indirect-only", 2, 0.5, 2.2), rw("dynamic", 2.2, 0.5, 1.8),
-			ratioPoint{Dynamic: 1.8, Best: 2, BestRun: "indirect-only", Ratio: 1, RoundRatios: []float64{1.1, 1, 1.8 / 2.2}}},
-		{"rounds: even count", rw("direct-only", 1, 1), rw("indirect-only", 1, 1), rw("dynamic", 0.9, 0.8),
-			ratioPoint{Dynamic: 0.8, Best: 1, BestRun: "direct-only", Ratio: 0.85, RoundRatios: []float64{0.9, 0.8}}},
-		{"dynamic sent nothing directly: the same path as indirect-only", row{Run: "direct-only", GBps: 5}, row{Run: "indirect-only", GBps: 2},
-			row{Run: "dynamic", GBps: 1.8, PctDirect: optional(0)},
-			ratioPoint{Dynamic: 1.8, Best: 5, BestRun: "direct-only", Ratio: 0.36, SameAs: "indirect-only", VsSame: 0.9}},
-		// Each round, indirect-only and direct-only take turns at being the
-		// faster: the max() runs ahead of either.
-		{"dynamic sent all directly: against direct-only, round by round", rw("direct-only", 10, 8, 10), rw("indirect-only", 8, 10, 8),
-			row{Run: "dynamic", GBps: 9, RoundGBps: []float64{9, 9, 9.5}, PctDirect: optional(99.95)},
-			ratioPoint{Dynamic: 9, Best: 10, BestRun: "direct-only", Ratio: 0.9, RoundRatios: []float64{0.9, 0.9, 0.95}, SameAs: "direct-only", VsSame: 0.95}},
-		{"a mix: no baseline's path", row{Run: "direct-only", GBps: 2}, row{Run: "indirect-only", GBps: 1},
-			row{Run: "dynamic", GBps: 2, PctDirect: optional(50)},
-			ratioPoint{Dynamic: 2, Best: 2, BestRun: "direct-only", Ratio: 1}},
-	}
-	for _, tt := range tests {
-		got, ok := dynamicRatio("fig1", 64, 0, func(m string) (row, bool) {
-			return map[string]row{"direct-only": tt.direct, "indirect-only": tt.indirect, "dynamic": tt.dynam}[m], true
-		})
-		tt.want.Figure, tt.want.Size = "fig1", 64
-		if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 1e-9)); !ok || diff != "" {
-			t.Errorf("%s: ok %v (-want +got):\n%s", tt.name, ok, diff)
-		}
+	if strings.Contains(out, "transport: "+measure.Auto) {
+		t.Errorf("output claims the %s transport:\n%s", measure.Auto, out)
 	}
 }

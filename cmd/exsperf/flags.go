@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -65,6 +67,9 @@ func parseSizes(s string) ([]int, error) {
 		}
 		for n := a; n <= b; n *= factor {
 			out = append(out, n)
+			if n > b/factor {
+				break // the next step passes b (and would overflow for a large factor)
+			}
 		}
 	}
 	return out, nil
@@ -86,7 +91,7 @@ func parseBandwidth(s string) (float64, error) {
 		mult, t = 1e3, strings.TrimSuffix(t, "k")
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
+	if err != nil || !(v >= 0) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("bad bandwidth %q (want e.g. 10G, 10Gbit/s, 500M; 0 for unlimited)", s)
 	}
 	return v * mult, nil
@@ -102,7 +107,7 @@ func (f sizesFlag) String() string {
 	}
 	var s []string
 	for _, n := range *f.v {
-		s = append(s, strings.ReplaceAll(sizeName(n), " ", ""))
+		s = append(s, strings.ReplaceAll(measure.SizeName(n), " ", ""))
 	}
 	return strings.Join(s, ",")
 }
@@ -122,7 +127,7 @@ func (f sizeFlag) String() string {
 	if f.v == nil {
 		return ""
 	}
-	return strings.ReplaceAll(sizeName(*f.v), " ", "")
+	return strings.ReplaceAll(measure.SizeName(*f.v), " ", "")
 }
 
 func (f sizeFlag) Set(s string) error {
@@ -148,7 +153,7 @@ func (f modesFlag) String() string {
 }
 
 func (f modesFlag) Set(s string) error {
-	v, err := parseModes(s)
+	v, err := measure.ParseModes(s)
 	if err != nil {
 		return err
 	}
@@ -162,7 +167,7 @@ func (f bandwidthFlag) String() string {
 	if f.v == nil {
 		return ""
 	}
-	return bitRate(*f.v)
+	return measure.BitRate(*f.v)
 }
 
 func (f bandwidthFlag) Set(s string) error {
@@ -200,7 +205,7 @@ func (f intsFlag) Set(s string) error {
 	return nil
 }
 
-type waitsFlag struct{ v *[]waitMode }
+type waitsFlag struct{ v *[]measure.WaitMode }
 
 func (f waitsFlag) String() string {
 	if f.v == nil {
@@ -214,18 +219,13 @@ func (f waitsFlag) String() string {
 }
 
 func (f waitsFlag) Set(s string) error {
-	var out []waitMode
+	var out []measure.WaitMode
 	for _, p := range strings.Split(s, ",") {
-		switch strings.TrimSpace(p) {
-		case "busy", "busy-poll", "poll":
-			out = append(out, waitBusy)
-		case "block", "blocking", "notify":
-			out = append(out, waitBlock)
-		case "adaptive":
-			out = append(out, waitAdaptive)
-		default:
-			return fmt.Errorf("bad wait mode %q (want busy, block or adaptive)", p)
+		w, err := measure.ParseWait(p)
+		if err != nil {
+			return err
 		}
+		out = append(out, w)
 	}
 	*f.v = out
 	return nil

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"time"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -16,7 +16,7 @@ type latOpts struct {
 	duration, warmup time.Duration
 	sizes            []int
 	modes            []dynproto.Mode
-	waits            []waitMode
+	waits            []measure.WaitMode
 	transport        string
 	tcp              string
 	cc               string
@@ -27,14 +27,14 @@ type latOpts struct {
 
 func (o *latOpts) register(fs *flag.FlagSet) {
 	o.duration, o.warmup, o.sizes = 300*time.Millisecond, 100*time.Millisecond, []int{64, 4 << 10, 64 << 10}
-	o.modes, o.waits = append([]dynproto.Mode(nil), modes...), []waitMode{waitBusy, waitBlock, waitAdaptive}
+	o.modes, o.waits = append([]dynproto.Mode(nil), measure.Modes...), []measure.WaitMode{measure.WaitBusy, measure.WaitBlock, measure.WaitAdaptive}
 	o.transport, o.tcp, o.cc, o.seed = "auto", "tcp", "cubic", 1
 	registerTiming(fs, &o.duration, &o.warmup)
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes")
 	fs.Var(sizesFlag{&o.sizes}, "l", "shorthand for --sizes")
 	fs.Var(modesFlag{&o.modes}, "modes", "modes to run")
 	fs.Var(waitsFlag{&o.waits}, "wait", "wait modes: busy, block, adaptive (spin, then block; exs only), where the transport has threads to wait")
-	fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+transportNames())
+	fs.StringVar(&o.transport, "transport", o.transport, "what to measure on: auto, "+measure.Names())
 	fs.StringVar(&o.tcp, "tcp", o.tcp, "the TCP anchor: tcp, tcp-proc or off")
 	registerTCP(fs, &o.cc)
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
@@ -42,64 +42,33 @@ func (o *latOpts) register(fs *flag.FlagSet) {
 
 // latPoint is one latency measurement.
 type latPoint struct {
-	tr   transport
+	tr   measure.Transport
 	run  string
-	wait waitMode
-	p    pairParams
+	wait measure.WaitMode
+	p    measure.Params
 }
 
-func runLat(ctx context.Context, e *env, o *latOpts) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
-	if err := durationOK("duration", o.duration, false); err != nil {
-		return usageError{err}
-	}
-	if err := durationOK("warmup", o.warmup, true); err != nil {
-		return usageError{err}
-	}
-	if o.tcp != "tcp" && o.tcp != "tcp-proc" && o.tcp != "off" {
-		return usagef("--tcp %q: want tcp, tcp-proc or off", o.tcp)
-	}
-	tr, err := openTransport(o.transport)
-	if err != nil {
+// check checks the flags.
+func (o *latOpts) check(e *env) error {
+	if err := checkTiming(e, o.duration, o.warmup); err != nil {
 		return err
 	}
-	defer tr.Close()
-	tcp, notes, err := prepareTCP(o.tcp, &o.cc)
-	if err != nil {
-		return err
-	}
-	if tcp != nil {
-		defer tcp.Close()
-	}
-	host := readHost()
-	rep := &report{Tool: "exsperf", Command: e.line, Host: host, Transport: tr.Name(), About: tr.Describe(), Notes: notes,
-		Params: map[string]any{"sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()}}
-	out := e.stdout
-	if o.json == "-" {
-		out = io.Discard
-	}
-	fmt.Fprintln(out, "exsperf lat: ping-pong round trips (one message in flight)")
-	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
-	fmt.Fprintf(out, "%v per point after %v warm-up\n", o.duration, o.warmup)
-	if slices.Contains(o.waits, waitBusy) && host.load1() > float64(host.CPUs)-2 {
-		notes = append(notes, fmt.Sprintf("busy-poll needs a CPU for each spinning side, but the load average is %.1f on %d CPUs: expect its round trips to include scheduler time slices", host.load1(), host.CPUs))
-		rep.Notes = notes
-	}
-	for _, n := range notes {
-		fmt.Fprintf(out, "note: %s\n", n)
-	}
-	fmt.Fprintln(out)
+	return checkTCP(o.tcp)
+}
+
+// points are the latency measurements: each size in each mode on tr in
+// each wait mode (or inline, on the engine), and on the TCP anchor tcp (if
+// not nil) in each of its wait modes.
+func (o *latOpts) points(tr, tcp measure.Transport) []latPoint {
 	var pts []latPoint
 	for _, size := range o.sizes {
-		base := pairParams{Size: size, Sends: 1, Recvs: 1, Ring: max(4<<20, 2*size), CC: o.cc, Seed: o.seed}
+		base := measure.Params{Size: size, Sends: 1, Recvs: 1, Ring: max(4<<20, 2*size), CC: o.cc, Seed: o.seed}
 		for _, m := range o.modes {
 			p := base
 			p.Mode = m
 			if tr.Name() == "engine" {
-				p.Wait = waitInline
-				pts = append(pts, latPoint{tr, m.String(), waitInline, p})
+				p.Wait = measure.WaitInline
+				pts = append(pts, latPoint{tr, m.String(), measure.WaitInline, p})
 				continue
 			}
 			for _, w := range o.waits {
@@ -109,31 +78,62 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 		}
 		if tcp != nil {
 			for _, w := range o.waits {
-				if w == waitAdaptive || w == waitBusy && !busyPollSupported {
+				if w == measure.WaitAdaptive || w == measure.WaitBusy && !measure.BusyPollSupported {
 					continue // TCP has no adaptive wait of its own
 				}
 				p := base
 				p.Wait = w
-				pts = append(pts, latPoint{tcp, tcpRunName(tcp), w, p})
+				pts = append(pts, latPoint{tcp, measure.TCPRunName(tcp), w, p})
 			}
 		}
 	}
+	return pts
+}
+
+func runLat(ctx context.Context, e *env, o *latOpts) error {
+	if err := o.check(e); err != nil {
+		return err
+	}
+	ts, err := openTransports(o.transport, o.tcp, &o.cc)
+	if err != nil {
+		return err
+	}
+	defer ts.close()
+	tr, tcp, notes := ts.tr, ts.tcp, ts.notes
+	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "duration": o.duration.String(), "warmup": o.warmup.String()})
+	host := rep.Host
+	out := e.stdout
+	if o.json == "-" {
+		out = io.Discard
+	}
+	fmt.Fprintln(out, "exsperf lat: ping-pong round trips (one message in flight)")
+	fmt.Fprintf(out, "host: %s\ntransport: %s: %s\n", host, tr.Name(), tr.Describe())
+	fmt.Fprintf(out, "%v per point after %v warm-up\n", o.duration, o.warmup)
+	if slices.Contains(o.waits, measure.WaitBusy) && host.load1() > float64(host.CPUs)-2 {
+		notes = append(notes, fmt.Sprintf("busy-poll needs a CPU for each spinning side, but the load average is %.1f on %d CPUs: expect its round trips to include scheduler time slices", host.load1(), host.CPUs))
+		rep.Notes = notes
+	}
+	for _, n := range notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	fmt.Fprintln(out)
+	pts := o.points(tr, tcp)
 	t := &table{head: []string{"size", "run", "wait", "round trips", "min us", "p50 us", "p99 us", "p99.9 us", "mean us"},
 		align: []bool{true, false, false, true, true, true, true, true, true}}
 	hdr := *t
 	hdr.write(out)
 	prog := newProgress(e.stderr, o.quiet, len(pts))
 	for _, pt := range pts {
-		prog.step(fmt.Sprintf("%s %s %v", sizeName(pt.p.Size), pt.run, pt.wait))
-		rts, err := pingPong(ctx, pt, o.warmup, o.duration)
+		prog.step(fmt.Sprintf("%s %s %v", measure.SizeName(pt.p.Size), pt.run, pt.wait))
+		rts, err := measure.PingPong(ctx, pt.tr, pt.p, pt.wait, o.warmup, o.duration)
 		if err != nil {
 			prog.done()
-			return fmt.Errorf("%s %s %v: %w", sizeName(pt.p.Size), pt.run, pt.wait, err)
+			return fmt.Errorf("%s %s %v: %w", measure.SizeName(pt.p.Size), pt.run, pt.wait, err)
 		}
 		r := makeLatRow(pt.tr.Name(), pt.run, pt.wait, pt.p.Size, rts)
 		rep.Latency = append(rep.Latency, r)
 		prog.clear()
-		fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", sizeName(r.Size), r.Run, r.Wait, r.Samples,
+		fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", measure.SizeName(r.Size), r.Run, r.Wait, r.Samples,
 			sig(r.Min), sig(r.P50), sig(r.P99), sig(r.P999), sig(r.Mean))
 	}
 	prog.done()
@@ -142,19 +142,4 @@ func runLat(ctx context.Context, e *env, o *latOpts) error {
 		return writeJSON(o.json, e.stdout, rep)
 	}
 	return nil
-}
-
-func pingPong(ctx context.Context, pt latPoint, warmup, d time.Duration) ([]time.Duration, error) {
-	pr, err := pt.tr.Open(ctx, pt.p)
-	if err != nil {
-		return nil, err
-	}
-	rts, err := pr.PingPong(ctx, warmup, d, pt.wait)
-	if err = errors.Join(err, pr.Close()); err != nil {
-		return nil, err
-	}
-	if len(rts) == 0 {
-		return nil, errors.New("no round trip completed in the measured interval")
-	}
-	return rts, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
 // row is one stream measurement as reported (table and JSON). Figures that
@@ -37,6 +39,12 @@ type row struct {
 	CPURecv   *float64  `json:"cpu_recv_s_per_gb"`
 	CPUTotal  *float64  `json:"cpu_total_s_per_gb"`
 	Note      string    `json:"note,omitempty"`
+	// The warm-up each round took, in the order of the rounds, and how
+	// many stopped at the cap without a steady rate.
+	WarmupMs       []float64 `json:"warmup_ms_rounds,omitempty"`
+	UnsteadyRounds int       `json:"unsteady_rounds,omitempty"`
+	// A latency anchor's one-way latency (UCX tag_lat).
+	LatencyUs *float64 `json:"latency_us_one_way,omitempty"`
 }
 
 func optional(v float64) *float64 {
@@ -46,21 +54,65 @@ func optional(v float64) *float64 {
 	return &v
 }
 
-func makeRow(fig, tr, run string, p pairParams, r result) row {
+func makeRow(fig, tr, run string, p measure.Params, r measure.Result) row {
 	rw := row{
 		Figure: fig, Transport: tr, Run: run, Size: p.Size, Sends: p.Sends, Recvs: p.Recvs,
 		Bytes: r.Bytes, Seconds: r.Elapsed.Seconds(), Virtual: r.Virtual,
-		GBps: r.gbps(), MsgsPerS: r.msgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps, RoundGBps: r.RoundGBps,
-		PctDirect: optional(r.pctDirect()),
-		CPUSend:   optional(r.cpuPerGB(r.CPUSend)),
-		CPURecv:   optional(r.cpuPerGB(r.CPURecv)),
-		CPUTotal:  optional(r.cpuPerGB(r.CPUTotal)),
+		GBps: r.GBps(), MsgsPerS: r.MsgRate(), Rounds: r.Rounds, MinGBps: r.MinGBps, MaxGBps: r.MaxGBps, RoundGBps: r.RoundGBps,
+		PctDirect: optional(r.PctDirect()),
+		CPUSend:   optional(r.CPUPerGB(r.CPUSend)),
+		CPURecv:   optional(r.CPUPerGB(r.CPURecv)),
+		CPUTotal:  optional(r.CPUPerGB(r.CPUTotal)),
 		Note:      r.Note,
 	}
 	if t := r.XfersDirect + r.XfersIndirect; r.HasDirect && t > 0 {
 		rw.PctXfers = optional(100 * float64(r.XfersDirect) / float64(t))
 	}
+	for _, w := range r.RoundWarmups {
+		rw.WarmupMs = append(rw.WarmupMs, float64(w)/1e6)
+	}
+	rw.UnsteadyRounds = r.UnsteadyRounds
+	if r.Latency > 0 {
+		rw.LatencyUs = optional(float64(r.Latency) / 1e3)
+	}
 	return rw
+}
+
+// warmups gathers the warm-ups of a table's runs, for the line that says
+// how long the points took to reach a steady rate.
+type warmups struct {
+	taken     []time.Duration
+	unsteady  []string // "SIZE RUN (N)" of the points with unsteady rounds
+	nUnsteady int
+}
+
+// add counts the rounds of one point; the UCX anchor's warm-up is its own.
+func (w *warmups) add(size int, pt measure.Point, r measure.Result) {
+	if pt.TransportName() == "ucx" {
+		return
+	}
+	w.taken = append(w.taken, r.RoundWarmups...)
+	if r.UnsteadyRounds > 0 {
+		w.nUnsteady += r.UnsteadyRounds
+		w.unsteady = append(w.unsteady, fmt.Sprintf("%s %s (%d)", measure.SizeName(size), pt.Run, r.UnsteadyRounds))
+	}
+}
+
+// line says how the warm-ups went: their range and median, and the points
+// whose rate did not settle before max.
+func (w *warmups) line(max time.Duration) string {
+	if len(w.taken) == 0 {
+		return ""
+	}
+	ts := slices.Clone(w.taken)
+	slices.Sort(ts)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/1e6) }
+	l := fmt.Sprintf("warm-up: each point ran until its rate held steady (three 10 ms slices within 10%% of one another): %s-%s, median %s, over %d runs",
+		ms(ts[0]), ms(ts[len(ts)-1]), ms(ts[(len(ts)-1)/2]), len(ts))
+	if w.nUnsteady == 0 {
+		return l + "; every run reached a steady rate"
+	}
+	return l + fmt.Sprintf("; %d stopped at %v without a steady rate: %s", w.nUnsteady, max, strings.Join(w.unsteady, ", "))
 }
 
 // latRow is one latency measurement: round-trip percentiles in microseconds.
@@ -77,7 +129,7 @@ type latRow struct {
 	Mean      float64 `json:"mean_us"`
 }
 
-func makeLatRow(tr, run string, w waitMode, size int, rts []time.Duration) latRow {
+func makeLatRow(tr, run string, w measure.WaitMode, size int, rts []time.Duration) latRow {
 	slices.Sort(rts)
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 	pct := func(q float64) float64 {
@@ -118,7 +170,7 @@ func readHost() hostInfo {
 	h := hostInfo{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Go: runtime.Version(),
 		OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		TCPDefault: systemCongestion(), CPUClock: cpuAccounting,
+		TCPDefault: measure.SystemCongestion(), CPUClock: measure.CPUAccounting,
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		h.Kernel = strings.TrimSpace(string(b))
@@ -184,6 +236,12 @@ type report struct {
 	Targets   *targets       `json:"targets,omitempty"` // sweep only
 }
 
+// newReport starts the report of a command that measures on tr: the
+// command line, the host, the transport, notes and parameters.
+func newReport(e *env, tr measure.Transport, notes []string, params map[string]any) *report {
+	return &report{Tool: "exsperf", Command: e.line, Host: readHost(), Transport: tr.Name(), About: tr.Describe(), Notes: notes, Params: params}
+}
+
 func writeJSON(path string, stdout io.Writer, r *report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -244,28 +302,4 @@ func sig(v float64) string {
 	}
 	// Three significant digits, without an exponent.
 	return fmt.Sprintf("%.*f", 2-int(math.Floor(math.Log10(v))), v)
-}
-
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-func bitRate(bps float64) string {
-	switch {
-	case bps <= 0:
-		return "unlimited"
-	case bps >= 1e9:
-		return fmt.Sprintf("%g Gbit/s", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%g Mbit/s", bps/1e6)
-	}
-	return fmt.Sprintf("%g bit/s", bps)
 }

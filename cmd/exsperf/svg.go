@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 )
 
 // series is one line of a plot. NaN values leave a gap.
@@ -98,9 +100,18 @@ func panels(ps []*plot) []byte {
 	return b.Bytes()
 }
 
-// write writes the plot as an svg element: the document's root if y0 is
-// negative, else a panel nested at y0 in a larger document.
-func (p *plot) write(b *bytes.Buffer, y0 int) {
+// axes map a plot's data onto its area: x from xmin to xmax (log2 or
+// linear), y from 0 to top in steps (linear) or over the decades 10^lo to
+// 10^hi (log10).
+type axes struct {
+	logX, logY bool
+	xmin, xmax float64
+	top, step  float64
+	lo, hi     float64
+}
+
+// axes fits the axes to the plot's data.
+func (p *plot) axes() axes {
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), 0.0
 	for _, s := range p.series {
 		for i, x := range s.xs {
@@ -118,44 +129,58 @@ func (p *plot) write(b *bytes.Buffer, y0 int) {
 	if xmax == xmin {
 		xmax = xmin * 2
 	}
-	top, step := niceMax(ymax * 1.05)
+	a := axes{logX: p.logX, logY: p.logY, xmin: xmin, xmax: xmax}
+	a.top, a.step = niceMax(ymax * 1.05)
 	if p.yMax > 0 {
-		top, step = niceMax(p.yMax)
+		a.top, a.step = niceMax(p.yMax)
 	}
 	// Log y: whole decades around the data.
-	lo, hi := 0.0, 0.0
 	if p.logY {
 		if math.IsInf(ymin, 0) {
 			ymin, ymax = 1, 10
 		}
-		lo, hi = math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
-		if hi == lo {
-			hi++
+		a.lo, a.hi = math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+		if a.hi == a.lo {
+			a.hi++
 		}
 	}
-	fx := func(x float64) float64 {
-		if p.logX {
-			return padL + plotW*(math.Log2(x)-math.Log2(xmin))/(math.Log2(xmax)-math.Log2(xmin))
-		}
-		return padL + plotW*(x-xmin)/(xmax-xmin)
-	}
-	fy := func(y float64) float64 {
-		if p.logY {
-			return padT + plotH*(1-(math.Log10(y)-lo)/(hi-lo))
-		}
-		return padT + plotH*(1-y/top)
-	}
-	var yTicks []float64
-	if p.logY {
-		for e := lo; e <= hi; e++ {
-			yTicks = append(yTicks, math.Pow(10, e))
-		}
-	} else {
-		for y := 0.0; y <= top*1.0000001; y += step {
-			yTicks = append(yTicks, y)
-		}
-	}
+	return a
+}
 
+// x is the horizontal position of x.
+func (a axes) x(x float64) float64 {
+	if a.logX {
+		return padL + plotW*(math.Log2(x)-math.Log2(a.xmin))/(math.Log2(a.xmax)-math.Log2(a.xmin))
+	}
+	return padL + plotW*(x-a.xmin)/(a.xmax-a.xmin)
+}
+
+// y is the vertical position of y.
+func (a axes) y(y float64) float64 {
+	if a.logY {
+		return padT + plotH*(1-(math.Log10(y)-a.lo)/(a.hi-a.lo))
+	}
+	return padT + plotH*(1-y/a.top)
+}
+
+func (a axes) yTicks() []float64 {
+	var ts []float64
+	if a.logY {
+		for e := a.lo; e <= a.hi; e++ {
+			ts = append(ts, math.Pow(10, e))
+		}
+		return ts
+	}
+	for y := 0.0; y <= a.top*1.0000001; y += a.step {
+		ts = append(ts, y)
+	}
+	return ts
+}
+
+// write writes the plot as an svg element: the document's root if y0 is
+// negative, else a panel nested at y0 in a larger document.
+func (p *plot) write(b *bytes.Buffer, y0 int) {
+	a := p.axes()
 	if y0 < 0 {
 		fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n", svgW, svgH, svgW, svgH, fontAttrs)
 	} else {
@@ -166,62 +191,71 @@ func (p *plot) write(b *bytes.Buffer, y0 int) {
 	if p.note != "" {
 		fmt.Fprintf(b, `<text x="%d" y="40" fill="#555">%s</text>`+"\n", padL, esc(p.note))
 	}
-	// Y grid and ticks.
-	for _, y := range yTicks {
-		py := fy(y)
+	p.writeAxes(b, a)
+	// Lines, with a marker at each point, and the legend.
+	for i := range p.series {
+		p.writeSeries(b, a, i)
+	}
+	b.WriteString("</svg>\n")
+}
+
+// writeAxes writes the grid, the ticks, the frame and the axes' labels.
+func (p *plot) writeAxes(b *bytes.Buffer, a axes) {
+	for _, y := range a.yTicks() {
+		py := a.y(y)
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", padL, py, padL+plotW, py, gridColor)
 		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s">%s</text>`+"\n", padL-6, py+4, txtCol, esc(tickLabel(y)))
 	}
-	// X ticks.
-	for _, x := range p.xTicks(xmin, xmax) {
-		px := fx(x)
+	for _, x := range p.xTicks(a.xmin, a.xmax) {
+		px := a.x(x)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", px, padT, px, padT+plotH, gridColor)
 		label := tickLabel(x)
 		if p.xSizes {
-			label = strings.ReplaceAll(sizeName(int(x)), " ", "")
+			label = strings.ReplaceAll(measure.SizeName(int(x)), " ", "")
 			label = strings.TrimSuffix(strings.TrimSuffix(label, "iB"), "B")
 		}
 		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", px, padT+plotH+18, txtCol, esc(label))
 	}
-	// Axes and labels.
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, axisColor)
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle" fill="%s">%s</text>`+"\n", padL+plotW/2, svgH-14, txtCol, esc(p.xlabel))
 	fmt.Fprintf(b, `<text transform="translate(18 %d) rotate(-90)" text-anchor="middle" fill="%s">%s</text>`+"\n", padT+plotH/2, txtCol, esc(p.ylabel))
-	// Lines, with a marker at each point, and the legend.
-	for i, s := range p.series {
-		color := s.color
-		if color == "" {
-			color = lineColors[i%len(lineColors)]
-		}
-		dash := ""
-		if s.dash != "" {
-			dash = fmt.Sprintf(` stroke-dasharray="%s"`, s.dash)
-		}
-		// Earlier lines are drawn wider, so that a line lying on top of
-		// another leaves it visible.
-		width := 2 + 2.5*float64(len(p.series)-1-i)/float64(max(1, len(p.series)-1))
-		var pts []string
-		flush := func() {
-			if len(pts) > 1 {
-				fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="0.85"%s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
-			}
-			pts = pts[:0]
-		}
-		for j, x := range s.xs {
-			y := s.ys[j]
-			if math.IsNaN(y) || (p.logY && y <= 0) {
-				flush()
-				continue
-			}
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", fx(x), fy(y)))
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", fx(x), fy(y), color)
-		}
-		flush()
-		ly := padT + 8 + 20*i
-		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", legendX, ly, legendX+24, ly, color, dash)
-		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", legendX+30, ly+4, txtCol, esc(s.name))
+}
+
+// writeSeries writes the i-th series: its line, broken where a value is
+// missing, a marker at each point, and its legend entry.
+func (p *plot) writeSeries(b *bytes.Buffer, a axes, i int) {
+	s := p.series[i]
+	color := s.color
+	if color == "" {
+		color = lineColors[i%len(lineColors)]
 	}
-	b.WriteString("</svg>\n")
+	dash := ""
+	if s.dash != "" {
+		dash = fmt.Sprintf(` stroke-dasharray="%s"`, s.dash)
+	}
+	// Earlier lines are drawn wider, so that a line lying on top of
+	// another leaves it visible.
+	width := 2 + 2.5*float64(len(p.series)-1-i)/float64(max(1, len(p.series)-1))
+	var pts []string
+	flush := func() {
+		if len(pts) > 1 {
+			fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="0.85"%s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
+		}
+		pts = pts[:0]
+	}
+	for j, x := range s.xs {
+		y := s.ys[j]
+		if math.IsNaN(y) || (p.logY && y <= 0) {
+			flush()
+			continue
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", a.x(x), a.y(y)))
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", a.x(x), a.y(y), color)
+	}
+	flush()
+	ly := padT + 8 + 20*i
+	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", legendX, ly, legendX+24, ly, color, dash)
+	fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", legendX+30, ly+4, txtCol, esc(s.name))
 }
 
 func (p *plot) xTicks(xmin, xmax float64) []float64 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/exsgo/exs/cmd/exsperf/internal/measure"
 	"github.com/exsgo/exs/dynproto"
 )
 
@@ -61,9 +62,9 @@ type samePath struct {
 
 func (p ratioPoint) where() string {
 	if p.Sends > 0 {
-		return fmt.Sprintf("%s sends %d", sizeName(p.Size), p.Sends)
+		return fmt.Sprintf("%s sends %d", measure.SizeName(p.Size), p.Sends)
 	}
-	return sizeName(p.Size)
+	return measure.SizeName(p.Size)
 }
 
 // figureTarget sums up one figure's ratios.
@@ -165,37 +166,8 @@ func medianOf(v []float64) float64 {
 func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun string) *targets {
 	t := &targets{WantDynamic: wantDynamic, Points: []ratioPoint{}, Figures: []figureTarget{}, Anchors: []anchorTarget{},
 		sizes: o.sizes, sendsList: o.sendsList}
-	figure := func(name string, pts []ratioPoint, expected int) {
-		ft := figureTarget{Figure: name, Points: len(pts), Below: []ratioPoint{}}
-		for i, p := range pts {
-			if ft.Min == nil || p.Ratio < ft.Min.Ratio {
-				ft.Min = &pts[i]
-			}
-			if p.Ratio < wantDynamic {
-				ft.Below = append(ft.Below, p)
-			}
-		}
-		if len(pts) > 0 {
-			met := len(ft.Below) == 0
-			ft.Met = &met
-		}
-		if len(pts) < expected {
-			t.Missing = append(t.Missing, fmt.Sprintf("%s: %d of %d points (each needs direct-only, indirect-only and dynamic, and a baseline above zero)", name, len(pts), expected))
-		}
-		t.Points = append(t.Points, pts...)
-		t.Figures = append(t.Figures, ft)
-	}
-	fromGrid := func(name string, g *grid) {
-		var pts []ratioPoint
-		for _, size := range o.sizes {
-			if p, ok := dynamicRatio(name, size, 0, func(m string) (row, bool) { r, ok := g.cells[size][m]; return r, ok }); ok {
-				pts = append(pts, p)
-			}
-		}
-		figure(name, pts, len(o.sizes))
-	}
 	if fig1 != nil {
-		fromGrid("fig1", fig1)
+		t.figure("fig1", gridRatios("fig1", o.sizes, fig1), len(o.sizes))
 	}
 	if len(fig3.cells) > 0 {
 		var pts []ratioPoint
@@ -206,48 +178,92 @@ func sweepTargets(o *sweepOpts, fig1 *grid, fig3 *sendsGrid, fig5 *grid, tcpRun 
 				}
 			}
 		}
-		figure("fig3", pts, len(o.sizes)*len(o.sendsList))
+		t.figure("fig3", pts, len(o.sizes)*len(o.sendsList))
 	}
 	if fig5 != nil {
-		fromGrid("fig5", fig5)
+		t.figure("fig5", gridRatios("fig5", o.sizes, fig5), len(o.sizes))
 	}
 	if fig1 != nil {
-		anchor := func(name, run, anc string, want float64) {
-			r, ok1 := fig1.cells[anchorSize][run]
-			a, ok2 := fig1.cells[anchorSize][anc]
-			if !ok1 || !ok2 || !(a.GBps > 0) {
-				t.Missing = append(t.Missing, fmt.Sprintf("%s: %s or %s not measured at %s", name, run, anc, sizeName(anchorSize)))
-				return
-			}
-			q := r.GBps / a.GBps
-			t.Anchors = append(t.Anchors, anchorTarget{Name: name, Size: anchorSize, Run: run, Anchor: anc,
-				GBps: r.GBps, AnchorGBps: a.GBps, Ratio: q, Want: want, Met: q >= want})
-		}
 		if tcpRun == "" {
 			t.Missing = append(t.Missing, "direct-only / TCP: the TCP anchor is off")
 		} else {
-			anchor("direct-only / TCP", dynproto.DirectOnly.String(), tcpRun, wantOverTCP)
+			t.anchor(fig1, "direct-only / TCP", dynproto.DirectOnly.String(), tcpRun, wantOverTCP)
 		}
-		anchor("indirect-only / copy() x2", dynproto.IndirectOnly.String(), runCopy2, wantOverCopy)
-		anchor("indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), runCopy2C, wantOverCopy)
+		t.anchor(fig1, "indirect-only / copy() x2", dynproto.IndirectOnly.String(), measure.RunCopy2, wantOverCopy)
+		t.anchor(fig1, "indirect-only / copy() x2, 2 CPUs", dynproto.IndirectOnly.String(), measure.RunCopy2C, wantOverCopy)
 	}
-	// Figures 1 and 3 in wall time: figure 5's emulated link has no noise.
+	t.SamePath = samePathOf(t.Points)
+	return t
+}
+
+// gridRatios are the ratios of a figure of one point per size.
+func gridRatios(name string, sizes []int, g *grid) []ratioPoint {
+	var pts []ratioPoint
+	for _, size := range sizes {
+		if p, ok := dynamicRatio(name, size, 0, func(m string) (row, bool) { r, ok := g.cells[size][m]; return r, ok }); ok {
+			pts = append(pts, p)
+		}
+	}
+	return pts
+}
+
+// figure adds a figure's ratios, of the expected number of points, and
+// sums them up.
+func (t *targets) figure(name string, pts []ratioPoint, expected int) {
+	ft := figureTarget{Figure: name, Points: len(pts), Below: []ratioPoint{}}
+	for i, p := range pts {
+		if ft.Min == nil || p.Ratio < ft.Min.Ratio {
+			ft.Min = &pts[i]
+		}
+		if p.Ratio < wantDynamic {
+			ft.Below = append(ft.Below, p)
+		}
+	}
+	if len(pts) > 0 {
+		met := len(ft.Below) == 0
+		ft.Met = &met
+	}
+	if len(pts) < expected {
+		t.Missing = append(t.Missing, fmt.Sprintf("%s: %d of %d points (each needs direct-only, indirect-only and dynamic, and a baseline above zero)", name, len(pts), expected))
+	}
+	t.Points = append(t.Points, pts...)
+	t.Figures = append(t.Figures, ft)
+}
+
+// anchor adds the target of run against the anchor anc at anchorSize in
+// figure 1.
+func (t *targets) anchor(fig1 *grid, name, run, anc string, want float64) {
+	r, ok1 := fig1.cells[anchorSize][run]
+	a, ok2 := fig1.cells[anchorSize][anc]
+	if !ok1 || !ok2 || !(a.GBps > 0) {
+		t.Missing = append(t.Missing, fmt.Sprintf("%s: %s or %s not measured at %s", name, run, anc, measure.SizeName(anchorSize)))
+		return
+	}
+	q := r.GBps / a.GBps
+	t.Anchors = append(t.Anchors, anchorTarget{Name: name, Size: anchorSize, Run: run, Anchor: anc,
+		GBps: r.GBps, AnchorGBps: a.GBps, Ratio: q, Want: want, Met: q >= want})
+}
+
+// samePathOf sums up the points where dynamic made a baseline's transfers,
+// of figures 1 and 3 (in wall time: figure 5's emulated link has no
+// noise), or returns nil if there are none.
+func samePathOf(pts []ratioPoint) *samePath {
 	var same []float64
-	for _, p := range t.Points {
+	for _, p := range pts {
 		if p.SameAs != "" && p.Figure != "fig5" {
 			same = append(same, p.VsSame)
 		}
 	}
-	if len(same) > 0 {
-		sp := &samePath{Points: len(same), Min: slices.Min(same), Median: medianOf(same), Max: slices.Max(same)}
-		for _, v := range same {
-			if v < wantDynamic {
-				sp.Below++
-			}
-		}
-		t.SamePath = sp
+	if len(same) == 0 {
+		return nil
 	}
-	return t
+	sp := &samePath{Points: len(same), Min: slices.Min(same), Median: medianOf(same), Max: slices.Max(same)}
+	for _, v := range same {
+		if v < wantDynamic {
+			sp.Below++
+		}
+	}
+	return sp
 }
 
 var figureNames = map[string]string{"fig1": "figure 1", "fig3": "figure 3", "fig5": "figure 5"}
@@ -298,7 +314,7 @@ func (t *targets) write(w io.Writer) {
 			tb.head, tb.align = append(tb.head, c.head), append(tb.align, true)
 		}
 		for _, size := range t.sizes {
-			cells := []string{sizeName(size)}
+			cells := []string{measure.SizeName(size)}
 			for _, c := range cols {
 				i := slices.IndexFunc(t.Points, func(p ratioPoint) bool { return p.Figure == c.fig && p.Size == size && p.Sends == c.sends })
 				switch {
@@ -333,7 +349,7 @@ func (t *targets) write(w io.Writer) {
 		tb.add(name, measured, fmt.Sprintf("min %s (%s)", fmtRatio(f.Min.Ratio, t.WantDynamic), f.Min.where()), yes[*f.Met])
 	}
 	for _, a := range t.Anchors {
-		tb.add(fmt.Sprintf("%s at %s >= %g", a.Name, sizeName(a.Size), a.Want),
+		tb.add(fmt.Sprintf("%s at %s >= %g", a.Name, measure.SizeName(a.Size), a.Want),
 			fmt.Sprintf("%s GB/s vs %s GB/s", sig(a.GBps), sig(a.AnchorGBps)), fmtRatio(a.Ratio, a.Want), yes[a.Met])
 	}
 	tb.write(w)

@@ -20,7 +20,7 @@ import (
 
 // connected returns a connected pair of sockets of typ over the provider
 // of af, in one stack, and their queue.
-func connected(t *testing.T, st *exs.Stack, q *exs.Queue, addr string, typ exs.SockType, opts ...exs.Option) (client, server *exs.Socket) {
+func connected(t *testing.T, st *exs.Stack, q *exs.Queue, addr string, typ exs.SockType, opts ...exs.SocketOption) (client, server *exs.Socket) {
 	t.Helper()
 	ln := listen(t, st, q, typ, addr, opts...)
 	if err := ln.Accept(q, "accept"); err != nil {

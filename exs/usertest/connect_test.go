@@ -29,7 +29,7 @@ var addrFuncs = []struct {
 }
 
 // dial posts a connect of a new socket of typ to addr and returns it.
-func dial(t *testing.T, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, user any, opts ...exs.Option) *exs.Socket {
+func dial(t *testing.T, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, user any, opts ...exs.SocketOption) *exs.Socket {
 	t.Helper()
 	s, err := st.Socket(typ, opts...)
 	if err != nil {

@@ -125,6 +125,11 @@ func newPlan(seed uint64, typ exs.SockType, mode exs.Mode) plan {
 		p.YRecv = maxMsg // every message fits
 	} else {
 		p.YRecv = logSize(r, 1, 128<<10)
+		if mode == exs.ModeDirectOnly {
+			// Every recv costs a round trip in direct-only mode: a stream
+			// of a megabyte in 1-byte recvs takes minutes under -race.
+			p.YRecv = max(p.YRecv, 4<<10)
+		}
 		p.YWaitAll = r.IntN(3) == 0
 	}
 	p.YRecvs = 1 + r.IntN(4)
@@ -159,6 +164,20 @@ func newPlan(seed uint64, typ exs.SockType, mode exs.Mode) plan {
 		if r.IntN(3) == 0 {
 			p.YSends = []int{logSize(r, 1, maxMsg)}
 		}
+	}
+	if typ == exs.SockStream {
+		// Bound the recvs a plan takes (each is an event, and in
+		// direct-only mode a transfer with its round trip): 240 KB into
+		// 1-byte recvs took longer than the test's limit under -race.
+		total := 0
+		for _, n := range p.Sends {
+			total += n
+		}
+		most := 2048
+		if mode == exs.ModeDirectOnly {
+			most = 256
+		}
+		p.YRecv = max(p.YRecv, total/most)
 	}
 	return p
 }
@@ -606,7 +625,7 @@ func TestEndingInProcess(t *testing.T) {
 }
 
 func endingInProcess(t *testing.T, p *plan, addrOf func(testing.TB) string) {
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
@@ -680,7 +699,7 @@ type endingArg struct {
 }
 
 func endingBetweenProcesses(t *testing.T, p *plan, addrOf func(testing.TB) string) {
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
@@ -729,7 +748,7 @@ func childEnding(arg string) error {
 		return err
 	}
 	p := &a.Plan
-	opts := []exs.Option{exs.WithMode(p.Mode)}
+	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}

@@ -43,6 +43,8 @@ func child(role, arg string) int {
 		err = childEnding(arg)
 	case "dial":
 		err = childDial(arg)
+	case "scale":
+		err = childScale(arg)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -84,7 +86,7 @@ func tcpAddr(t testing.TB) string {
 }
 
 // newStack returns a stack that is closed at the end of the test.
-func newStack(t testing.TB, opts ...exs.Option) *exs.Stack {
+func newStack(t testing.TB, opts ...exs.StackOption) *exs.Stack {
 	t.Helper()
 	st, err := exs.NewStack(opts...)
 	if err != nil {
@@ -128,7 +130,7 @@ func wait(t testing.TB, q *exs.Queue, typ exs.EventType, user any) exs.Event {
 }
 
 // listen makes a listening socket of typ at addr with an accept posted.
-func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, opts ...exs.Option) *exs.Socket {
+func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr string, opts ...exs.SocketOption) *exs.Socket {
 	t.Helper()
 	ln, err := st.Socket(typ, opts...)
 	if err != nil {
@@ -146,7 +148,8 @@ func listen(t testing.TB, st *exs.Stack, q *exs.Queue, typ exs.SockType, addr st
 // childProcess is this test binary run as a child with a role.
 type childProcess struct {
 	cmd   *exec.Cmd
-	lines chan string // the child's stdout, closed at its end
+	lines chan string    // the child's stdout, closed at its end
+	stdin io.WriteCloser // the child's stdin, closed at the end of the test
 }
 
 // startChild starts the child and returns once it has written its first
@@ -176,7 +179,7 @@ func startChild(t testing.TB, role string, arg any) (*childProcess, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &childProcess{cmd: cmd, lines: make(chan string, 16)}
+	c := &childProcess{cmd: cmd, lines: make(chan string, 16), stdin: stdin}
 	go func() {
 		defer close(c.lines)
 		sc := bufio.NewScanner(stdout)

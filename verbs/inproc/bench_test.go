@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
@@ -46,11 +45,11 @@ func newBenchPair(tb testing.TB, size int) *benchPair {
 		tb.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(1024, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rcq, _ := dev.CreateCQ(1024, eventq.Options{})
+	rcq, _ := dev.CreateCQ(1024, verbs.CQOptions{})
 	cfg := verbs.QPConfig{SendCQ: cq, RecvCQ: rcq, SendDepth: 256, RecvDepth: 256}
 	a, err := pd.CreateQP(cfg)
 	if err != nil {

@@ -49,13 +49,15 @@ func offerArena(t *testing.T, l *link, id uint32, size uint64) bool {
 		unix.Close(fd)
 		t.Errorf("arena %d: descriptor still open after the message (F_GETFD: %v)", id, err)
 	}
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
-	return l.peerArenas[id] != nil
+	l.tx.Lock()
+	defer l.tx.Unlock()
+	return l.tx.peerArenas[id] != nil
 }
 
 func arenaLink(opts ...Option) *link {
-	return &link{p: New(opts...), peerArenas: make(map[uint32][]byte)}
+	l := &link{p: mustNew(opts...)}
+	l.tx.peerArenas = make(map[uint32][]byte)
+	return l
 }
 
 // TestPeerArenaLimit checks that a connection maps a peer's arenas only up
@@ -86,16 +88,16 @@ func TestPeerArenaLimit(t *testing.T) {
 			got = offerArena(t, l, s.id, s.size)
 		} else {
 			l.onArenaMsg(arenaMsgBytes(arenaDrop, s.id, 0), nil)
-			l.txMu.Lock()
-			got = l.peerArenas[s.id] != nil
-			l.txMu.Unlock()
+			l.tx.Lock()
+			got = l.tx.peerArenas[s.id] != nil
+			l.tx.Unlock()
 		}
 		if got != s.want {
 			t.Errorf("kind %d, arena %d of %d pages: mapped %v, want %v", s.kind, s.id, s.size/ps, got, s.want)
 		}
 	}
-	if l.peerArenaBytes != 3*ps || len(l.peerArenas) != 2 {
-		t.Errorf("%d arenas of %d bytes mapped, want 2 of %d", len(l.peerArenas), l.peerArenaBytes, 3*ps)
+	if l.tx.peerArenaBytes != 3*ps || len(l.tx.peerArenas) != 2 {
+		t.Errorf("%d arenas of %d bytes mapped, want 2 of %d", len(l.tx.peerArenas), l.tx.peerArenaBytes, 3*ps)
 	}
 }
 
@@ -110,8 +112,8 @@ func TestPeerArenaHuge(t *testing.T) {
 	if !offerArena(t, l, 2, 1<<20) {
 		t.Error("a 1 MiB arena after the refused one was not mapped")
 	}
-	if l.peerArenaBytes != 1<<20 {
-		t.Errorf("%d bytes mapped, want %d", l.peerArenaBytes, 1<<20)
+	if l.tx.peerArenaBytes != 1<<20 {
+		t.Errorf("%d bytes mapped, want %d", l.tx.peerArenaBytes, 1<<20)
 	}
 }
 

@@ -89,7 +89,7 @@ func registerShared(t *testing.T, p *Provider, pd *verbs.PD) *verbs.MR {
 // goes on at once; once a write has failed, later registrations do not
 // wait at all.
 func TestStalledPeerSocket(t *testing.T) {
-	p := New()
+	p := mustNew()
 	pd, other := testPD(t, p), testPD(t, p)
 	l, _ := socketLink(t, p, pd)
 	fill := make([]byte, 4096)
@@ -129,7 +129,7 @@ func TestStalledPeerSocket(t *testing.T) {
 // arena's memfd, then its drop, in that order; and the registration of a
 // connection whose peer is gone does not wait.
 func TestArenaMsgOrder(t *testing.T) {
-	p := New()
+	p := mustNew()
 	pd := testPD(t, p)
 	_, peer := socketLink(t, p, pd)
 	b, err := p.Alloc(3 * 4096)
@@ -187,7 +187,7 @@ func TestArenaMsgOrder(t *testing.T) {
 // meanwhile. The old region's deregistration, arriving while the
 // withdrawal waits, waits for the copy too.
 func TestPublishReusedSlot(t *testing.T) {
-	p := New()
+	p := mustNew()
 	pd := testPD(t, p)
 	l, _ := socketLink(t, p, pd)
 	oldMR, err := pd.RegisterMR(make([]byte, 64), mreg.LocalWrite|mreg.RemoteWrite)

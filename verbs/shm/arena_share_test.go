@@ -21,7 +21,7 @@ import (
 func TestArenaLocalOnlyNotShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	defer cancel()
-	a, b := shm.New(), shm.New()
+	a, b := newProvider(), newProvider()
 	_, qb := connectPair(t, ctx, a, b, "shm:"+sockDir(t)+"/ln")
 	pd := qb.PD()
 	local, err := b.Alloc(4096)
@@ -77,7 +77,7 @@ func TestPeerArenaLimitConn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	defer cancel()
 	ps := os.Getpagesize()
-	a, b := shm.New(shm.WithPeerArenaLimit(int64(2*ps))), shm.New()
+	a, b := newProvider(shm.WithPeerArenaLimit(int64(2*ps))), newProvider()
 	qa, qb := connectPair(t, ctx, a, b, "shm:"+sockDir(t)+"/ln")
 	big, err := b.Alloc(4 * ps)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -48,7 +47,7 @@ func newRemoteTarget(b *testing.B, size int, opts ...shm.Option) *remoteTarget {
 	dir := sockDir(b)
 	pp := verbstest.StartPeerProcess(b, "shm:"+dir+"/peer")
 	b.Cleanup(func() { pp.Close() })
-	p := shm.New(opts...)
+	p := newProvider(opts...)
 	dev, err := verbs.Open(p)
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +60,7 @@ func newRemoteTarget(b *testing.B, size int, opts ...shm.Option) *remoteTarget {
 		b.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(1024, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -252,7 +251,7 @@ func BenchmarkSendRate(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := sockDir(b)
-	qa, qb := connectPair(b, ctx, shm.New(), shm.New(), "shm:"+dir+"/s")
+	qa, qb := connectPair(b, ctx, newProvider(), newProvider(), "shm:"+dir+"/s")
 	const msg, batch, recvs = 64, 32, 256
 	sbuf, _ := mreg.Alloc(msg)
 	rbuf, _ := mreg.Alloc(msg * recvs)

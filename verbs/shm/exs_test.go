@@ -7,14 +7,13 @@ import (
 	"testing"
 
 	"github.com/exsgo/exs/exs"
-	"github.com/exsgo/exs/verbs/shm"
 )
 
 // TestStackAlloc checks that a stack whose same-host provider offers the
 // shared allocator hands out its memory (exs.Stack.Alloc), and that Free
 // refuses it while a handle on it is registered.
 func TestStackAlloc(t *testing.T) {
-	p := shm.New()
+	p := newProvider()
 	st, err := exs.NewStack(exs.WithProvider("shm", p))
 	if err != nil {
 		t.Fatal(err)

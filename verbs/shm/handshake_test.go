@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -162,14 +161,14 @@ func TestDialBadReplyRNR(t *testing.T) {
 		c.Read(b) // until the dialer closes
 	}()
 
-	p := New()
+	p := mustNew()
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(16, eventq.Options{})
+	cq, err := dev.CreateCQ(16, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

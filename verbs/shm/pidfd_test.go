@@ -49,7 +49,7 @@ func childPidfd(t *testing.T) (*exec.Cmd, int) {
 // process with its bytes.
 func cmaLink(t *testing.T, pid, pidfd int) *link {
 	t.Helper()
-	p := New()
+	p := mustNew()
 	l, _ := socketLink(t, p, testPD(t, p))
 	l.cma, l.peerPID, l.pidfd = true, pid, pidfd
 	t.Cleanup(func() { l.closePeerProcess(l.pidf != nil) })

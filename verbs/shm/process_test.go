@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -36,14 +35,8 @@ func modeOptions(mode string) []shm.Option {
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	case "nocma-default":
 		return []shm.Option{shm.WithoutCMA()}
-	case "shared-eager":
-		return []shm.Option{shm.WithEagerWrites()}
 	case "shared-nocma":
 		return []shm.Option{shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
-	case "poller":
-		return []shm.Option{shm.WithPollerProgress()}
-	case "poller-nocma":
-		return []shm.Option{shm.WithPollerProgress(), shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)}
 	}
 	return nil
 }
@@ -52,7 +45,7 @@ func modeOptions(mode string) []shm.Option {
 // it offers its shared allocator to the suite, whose regions then come
 // from Provider.Alloc on both sides.
 func modeProvider(mode string) verbs.Provider {
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	if strings.HasPrefix(mode, "shared") {
 		return sharedAlloc{p}
 	}
@@ -72,6 +65,9 @@ func TestMain(m *testing.M) {
 	shm.SetSleepCap(10 * time.Minute)
 	if addr := os.Getenv(receiverEnv); addr != "" {
 		os.Exit(receiverMain(addr))
+	}
+	if spec := os.Getenv(credChildEnv); spec != "" {
+		os.Exit(credChildMain(spec))
 	}
 	verbstest.PeerProcessMain(func() verbs.Provider { return modeProvider(os.Getenv(modeEnv)) })
 	os.Exit(m.Run())
@@ -95,10 +91,9 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 // cross-memory attach (its checks against the published registrations
 // face the suite's violations), everything through the rings, without
 // cross-memory attach, and with the regions of both sides from the shared
-// allocator (with cross-memory attach, and without it on small rings),
-// and with the suite's polls doing the receive work (WithPollerProgress).
+// allocator (with cross-memory attach, and without it on small rings).
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma", "poller"} {
+	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
@@ -126,7 +121,7 @@ func peerKilled(t *testing.T, mode string) {
 	t.Cleanup(cancel)
 	dir := sockDir(t)
 	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +137,7 @@ func peerKilled(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(4*depth, eventq.Options{})
+	cq, err := dev.CreateCQ(4*depth, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +291,7 @@ func TestStats(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 			defer cancel()
 			dir := sockDir(t)
-			a, b := shm.New(modeOptions(mode)...), shm.New(modeOptions(mode)...)
+			a, b := newProvider(modeOptions(mode)...), newProvider(modeOptions(mode)...)
 			qa, qb := connectPair(t, ctx, a, b, "shm:"+dir+"/s")
 			_ = qb
 			st := a.Stats()
@@ -322,11 +317,11 @@ func TestStats(t *testing.T) {
 // listens at addr. Cleanups close both devices.
 func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string) (*verbs.QP, *verbs.QP) {
 	t.Helper()
-	return connectPairCQ(t, ctx, a, b, addr, eventq.Options{Mode: eventq.BusyPoll})
+	return connectPairCQ(t, ctx, a, b, addr, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 }
 
 // connectPairCQ is connectPair with CQs that wait as cqOpts says.
-func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts eventq.Options) (*verbs.QP, *verbs.QP) {
+func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts verbs.CQOptions) (*verbs.QP, *verbs.QP) {
 	t.Helper()
 	da, err := verbs.Open(a)
 	if err != nil {

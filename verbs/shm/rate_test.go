@@ -15,27 +15,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
-	"github.com/exsgo/exs/verbs/shm"
 )
 
 // receiverEnv makes the test binary a receiving process for
-// BenchmarkSendRateProcess: it listens at the variable's value, with
-// shm.WithPollerProgress if pollerEnv is set.
-const (
-	receiverEnv = "EXS_SHM_BENCH_RECEIVER"
-	pollerEnv   = "EXS_SHM_BENCH_POLLER"
-)
-
-// rateOptions are the provider options of a rate benchmark's side.
-func rateOptions(poller bool) []shm.Option {
-	if poller {
-		return []shm.Option{shm.WithPollerProgress()}
-	}
-	return nil
-}
+// BenchmarkSendRateProcess: it listens at the variable's value.
+const receiverEnv = "EXS_SHM_BENCH_RECEIVER"
 
 const (
 	rateMsg   = 64
@@ -51,7 +37,7 @@ func receiverMain(addr string) int {
 		fmt.Fprintf(os.Stderr, "shm: receiver: %v\n", err)
 		return 1
 	}
-	dev, err := verbs.Open(shm.New(rateOptions(os.Getenv(pollerEnv) != "")...))
+	dev, err := verbs.Open(newProvider())
 	if err != nil {
 		return fail(err)
 	}
@@ -61,7 +47,7 @@ func receiverMain(addr string) int {
 		return fail(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(4*rateRecvs, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(4*rateRecvs, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		return fail(err)
 	}
@@ -129,35 +115,24 @@ func receiverMain(addr string) int {
 // (GOMAXPROCS 1) in each process, so that each side's goroutines share one
 // CPU as one thread per process would (ucx_perftest's setting), and with
 // Go's default, under which each process spins as many threads as the
-// machine has CPUs; each with the receiver goroutines doing the receive
-// work (progress=receiver) and with the polls of both applications doing
-// it (progress=poller, shm.WithPollerProgress).
+// machine has CPUs.
 func BenchmarkSendRateProcess(b *testing.B) {
 	all := []int{1}
 	if n := runtime.GOMAXPROCS(0); n > 1 {
 		all = append(all, n)
 	}
 	for _, procs := range all {
-		for _, poller := range []bool{false, true} {
-			name := fmt.Sprintf("procs=%d/progress=receiver", procs)
-			if poller {
-				name = fmt.Sprintf("procs=%d/progress=poller", procs)
-			}
-			b.Run(name, func(b *testing.B) { sendRateProcess(b, procs, poller) })
-		}
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { sendRateProcess(b, procs) })
 	}
 }
 
 // sendRateProcess measures the send rate with procs Ps in each process.
-func sendRateProcess(b *testing.B, procs int, poller bool) {
+func sendRateProcess(b *testing.B, procs int) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	dir := sockDir(b)
 	addr := "shm:" + dir + "/r"
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, "GOMAXPROCS="+strconv.Itoa(procs))
-	if poller {
-		cmd.Env = append(cmd.Env, pollerEnv+"=1")
-	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -171,13 +146,13 @@ func sendRateProcess(b *testing.B, procs int, poller bool) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dev, err := verbs.Open(shm.New(rateOptions(poller)...))
+	dev, err := verbs.Open(newProvider())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(1024, eventq.Options{Mode: eventq.BusyPoll})
+	cq, err := dev.CreateCQ(1024, verbs.CQOptions{Wait: verbs.WaitBusyPoll})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -78,9 +78,8 @@ type header struct {
 // peer, each on its own cache line.
 type sideBlock struct {
 	// bell is the futex word the side's receiver sleeps on; sleeping is
-	// sleepNormal while it does (or is about to), sleepParked while it
-	// stands aside for a goroutine polling the side's CQs, which takes the
-	// peer's records. A waker bumps bell and wakes a sleepNormal receiver.
+	// sleepNormal while it does (or is about to). A waker bumps bell and
+	// wakes a sleepNormal receiver.
 	bell     atomic.Uint32
 	sleeping atomic.Uint32
 	_        [56]byte

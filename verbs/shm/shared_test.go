@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -24,7 +23,7 @@ import (
 // zeroed memory, Free refused while registered and for foreign or freed
 // memory.
 func TestAllocFree(t *testing.T) {
-	p := shm.New()
+	p := newProvider()
 	if _, err := p.Alloc(0); !errors.Is(err, mreg.ErrInvalid) {
 		t.Errorf("Alloc(0) = %v, want mreg.ErrInvalid", err)
 	}
@@ -97,14 +96,16 @@ type sharedConn struct {
 	mr  *verbs.MR
 }
 
-func newSharedConn(t *testing.T, mode string, srcLen int) *sharedConn {
+// newSharedConn connects a queue pair (with RelaxedWritePlacement if
+// relaxed) to one in a peer process, in the given test mode.
+func newSharedConn(t *testing.T, mode string, srcLen int, relaxed bool) *sharedConn {
 	t.Helper()
 	t.Setenv(modeEnv, mode)
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	defer cancel()
 	dir := sockDir(t)
 	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
-	p := shm.New(modeOptions(mode)...)
+	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -118,11 +119,11 @@ func newSharedConn(t *testing.T, mode string, srcLen int) *sharedConn {
 		t.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()
-	cq, err := dev.CreateCQ(256, eventq.Options{})
+	cq, err := dev.CreateCQ(256, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 64, SignalAll: true})
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 64, SignalAll: true, RelaxedWritePlacement: relaxed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestSharedWrite(t *testing.T) {
 	const size = 1 << 20
 	for _, mode := range []string{"shared", "shared-nocma"} {
 		t.Run(mode, func(t *testing.T) {
-			c := newSharedConn(t, mode, size)
+			c := newSharedConn(t, mode, size, false)
 			target, err := c.pq.Register(size, mreg.LocalWrite|mreg.RemoteWrite|mreg.RemoteRead)
 			if err != nil {
 				t.Fatal(err)
@@ -261,7 +262,7 @@ func TestSharedWrite(t *testing.T) {
 	}
 	for _, v := range violations {
 		t.Run(v.name, func(t *testing.T) {
-			c := newSharedConn(t, "shared", 64<<10)
+			c := newSharedConn(t, "shared", 64<<10, false)
 			target, err := c.pq.Register(64<<10, mreg.LocalWrite|mreg.RemoteWrite)
 			if err != nil {
 				t.Fatal(err)
@@ -290,7 +291,7 @@ func TestSharedDeregister(t *testing.T) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 	const size = 1 << 20
-	c := newSharedConn(t, "shared", size)
+	c := newSharedConn(t, "shared", size, false)
 	target, err := c.pq.Register(size, mreg.LocalWrite|mreg.RemoteWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -339,15 +340,16 @@ func TestSharedDeregister(t *testing.T) {
 	t.Logf("%d WRITEs of 1 MiB before the deregistration", ok)
 }
 
-// TestEagerWrite posts a SEND that the peer holds for want of a RECV, then
-// a WRITE into the peer's shared memory: with WithEagerWrites the WRITE is
-// a plain copy at once, its bytes in place before the SEND is delivered;
-// completions still come in order once a RECV is posted.
-func TestEagerWrite(t *testing.T) {
+// TestRelaxedWrite posts a SEND that the peer holds for want of a RECV,
+// then a WRITE into the peer's shared memory: on a queue pair with
+// RelaxedWritePlacement the WRITE is a plain copy at once, its bytes in
+// place before the SEND is delivered; completions still come in order once
+// a RECV is posted.
+func TestRelaxedWrite(t *testing.T) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 	const size = 64 << 10
-	c := newSharedConn(t, "shared-eager", size)
+	c := newSharedConn(t, "shared", size, true)
 	target, err := c.pq.Register(size, mreg.LocalWrite|mreg.RemoteWrite)
 	if err != nil {
 		t.Fatal(err)

@@ -1,20 +1,11 @@
 package shm
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
@@ -28,10 +19,6 @@ var (
 	_ verbs.LinkRequest          = (*request)(nil)
 )
 
-// handshakeTimeout bounds the part of the rendezvous that happens before
-// a request is queued for Accept.
-const handshakeTimeout = 10 * time.Second
-
 // Provider is the same-host provider. It is safe for concurrent use. New
 // returns one; it holds the registrations it publishes and its
 // connections, and needs no closing (connections end with their queue
@@ -40,6 +27,7 @@ type Provider struct {
 	opts  options
 	probe *[2]uint64 // the word peers read to check cross-memory attach
 
+	// mu guards the maps below and each link's pmu.
 	mu        sync.Mutex
 	pds       map[*verbs.PD]*pdState
 	links     map[*link]struct{}
@@ -60,18 +48,20 @@ type pubRegion struct {
 	arena *arena
 }
 
-// New returns a provider.
-func New(opts ...Option) *Provider {
-	o := defaultOptions()
-	for _, f := range opts {
-		f(&o)
+// New returns a provider configured by opts. It fails with an error
+// wrapping verbs.ErrInvalid if an option's value is out of range; without
+// options it never fails.
+func New(opts ...Option) (*Provider, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	p := &Provider{opts: o, probe: new([2]uint64), pds: make(map[*verbs.PD]*pdState), links: make(map[*link]struct{}),
 		arenas: make(map[uintptr]*arena)}
 	var b [8]byte
 	rand.Read(b[:])
 	p.probe[0] = binary.LittleEndian.Uint64(b[:]) | 1
-	return p
+	return p, nil
 }
 
 // parse returns the socket path of an "shm:PATH" address.
@@ -89,20 +79,18 @@ func (p *Provider) Stats() []ConnStats {
 	defer p.mu.Unlock()
 	out := make([]ConnStats, 0, len(p.links))
 	for l := range p.links {
-		l.txMu.Lock()
-		arenas := len(l.peerArenas)
-		l.txMu.Unlock()
+		l.tx.Lock()
+		arenas := len(l.tx.peerArenas)
+		l.tx.Unlock()
 		out = append(out, ConnStats{
 			PeerArenas: arenas,
 			QPNum:      l.ep.QPNum(), PeerPID: l.peerPID, CMA: l.cma, CMAError: l.cmaErr,
 			Direct: l.st.direct.Load(), RingMessages: l.st.ringMsgs.Load(), Inline: l.st.inline.Load(),
-			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(), Parks: l.st.parks.Load(), Shared: l.st.shared.Load(),
+			TargetCopies: l.st.pulls.Load(), Sleeps: l.st.wakes.Load(), Shared: l.st.shared.Load(),
 		})
 	}
 	return out
 }
-
-// ---- Registrations ----
 
 // MemoryRegistered publishes a new registration to the connections of its
 // protection domain.
@@ -260,7 +248,7 @@ func (p *Provider) addLink(l *link) {
 // once the handshake is over, and from then on with each registration.
 func (p *Provider) sendArenas(l *link) {
 	p.mu.Lock()
-	l.started = true
+	l.pmu.started = true
 	if st := p.pds[l.pd]; st != nil {
 		for _, pr := range st.regions {
 			l.queueArena(pr.shareable())
@@ -279,557 +267,4 @@ func (p *Provider) removeLink(l *link) {
 		delete(st.links, l)
 		p.dropIfUnused(l.pd, st)
 	}
-}
-
-// abandon releases a link that was never started.
-func (l *link) abandon() {
-	l.p.removeLink(l)
-	l.conn.Close()
-	l.closePeerProcess(false)
-	l.release()
-}
-
-// ---- Rendezvous ----
-
-// Handshake messages over the socket (little-endian):
-//
-//	hello   listener to dialer: magic u32, version u16, 0 u16, probe
-//	        address u64, probe value u64
-//	request dialer to listener, with the memfd: magic u32, version u16,
-//	        RNR policy u8, cross-memory attach works u8, probe address u64,
-//	        probe value u64, request ring size u64, response ring size u64,
-//	        private data length u16, private data
-//	reply   listener to dialer: magic u32, kind u8 (accept, reject), RNR
-//	        policy u8, cross-memory attach works u8, 0 u8, private data
-//	        length u16, private data
-const (
-	msgMagic     = 0x68736578 // "exsh"
-	helloLen     = 24
-	requestLen   = 50
-	replyLen     = 10
-	replyAccept  = 1
-	replyReject  = 2
-	maxHandshake = 1024
-)
-
-// probeAddr returns the address of the provider's probe word.
-func (p *Provider) probeAddr() uint64 { return uint64(uintptr(unsafe.Pointer(&p.probe[0]))) }
-
-// probePeer checks that cross-memory attach into pid works, by reading
-// the peer's probe word. It returns "" or why it does not.
-func (p *Provider) probePeer(pid int, addr, want uint64) string {
-	if p.opts.noCMA {
-		return "disabled by option"
-	}
-	var got [8]byte
-	var v iovecs
-	v.addLocal(got[:])
-	v.addRemote(addr, 8)
-	if _, err := v.transfer(pid, false, 8); err != nil {
-		return "process_vm_readv: " + err.Error()
-	}
-	if binary.LittleEndian.Uint64(got[:]) != want {
-		return "probe word mismatch"
-	}
-	return ""
-}
-
-// peerPID returns the pid of the socket's peer, from the kernel.
-func peerPID(c *net.UnixConn) (int, error) {
-	cred, err := peerCred(c)
-	return cred.PID, err
-}
-
-// peerCred returns the credentials of the socket's peer process, from the
-// kernel (SO_PEERCRED: as they were when it connected).
-func peerCred(c *net.UnixConn) (verbs.Cred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return verbs.Cred{}, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return verbs.Cred{}, err
-	}
-	if cerr != nil {
-		return verbs.Cred{}, cerr
-	}
-	return verbs.Cred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
-}
-
-// Listen binds a Unix socket at the path of addr ("shm:PATH"). It returns
-// an error wrapping syscall.EADDRINUSE if the path exists.
-func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
-	path, err := parse(addr)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	l := &listener{
-		p: p, addr: Scheme + path, ln: ln,
-		backlog: make(chan *request, Backlog),
-		closed:  make(chan struct{}),
-		conns:   make(map[*net.UnixConn]struct{}),
-	}
-	l.wg.Add(1)
-	go l.acceptLoop()
-	return l, nil
-}
-
-// listener accepts connections on its socket and runs each one's
-// handshake in a goroutine of its own, queueing the requests for Accept.
-type listener struct {
-	p       *Provider
-	addr    string
-	ln      *net.UnixListener
-	backlog chan *request
-	closed  chan struct{}
-	wg      sync.WaitGroup
-
-	mu       sync.Mutex
-	isClosed bool
-	conns    map[*net.UnixConn]struct{} // handshakes in progress
-}
-
-// Addr returns "shm:PATH".
-func (l *listener) Addr() string { return l.addr }
-
-// Accept returns the next request.
-func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	select {
-	case <-l.closed:
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
-	default:
-	}
-	select {
-	case r := <-l.backlog:
-		return r, nil
-	case <-l.closed:
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, ctx.Err())
-	}
-}
-
-// Close stops listening, removes the socket, ends the handshakes in
-// progress and rejects the queued requests.
-func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.isClosed {
-		l.mu.Unlock()
-		return verbs.ErrClosed
-	}
-	l.isClosed = true
-	for c := range l.conns {
-		c.Close()
-	}
-	l.mu.Unlock()
-	l.ln.Close()
-	close(l.closed)
-	l.wg.Wait()
-	for {
-		select {
-		case r := <-l.backlog:
-			r.Reject(nil)
-		default:
-			return nil
-		}
-	}
-}
-
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(time.Millisecond) // such as EMFILE: try again
-			continue
-		}
-		l.mu.Lock()
-		if l.isClosed {
-			l.mu.Unlock()
-			c.Close()
-			return
-		}
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		go l.handshake(c)
-	}
-}
-
-// handshake runs the listener's half of the rendezvous up to the request,
-// and queues it.
-func (l *listener) handshake(c *net.UnixConn) {
-	defer l.wg.Done()
-	r, err := l.readRequest(c)
-	l.mu.Lock()
-	delete(l.conns, c)
-	if err == nil && !l.isClosed {
-		select {
-		case l.backlog <- r:
-			l.mu.Unlock()
-			return
-		default:
-		}
-	}
-	l.mu.Unlock()
-	if r != nil {
-		r.Reject(nil)
-		return
-	}
-	c.Close()
-}
-
-// readRequest sends hello and reads the request with its mapping.
-func (l *listener) readRequest(c *net.UnixConn) (r *request, err error) {
-	p := l.p
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
-	cred, err := peerCred(c)
-	if err != nil {
-		return nil, err
-	}
-	pid := cred.PID
-	// The pidfd first, then the probe (pidfd_linux.go).
-	pidfd, perr := peerPidfd(c, pid)
-	defer func() {
-		if r == nil && pidfd >= 0 {
-			unix.Close(pidfd)
-		}
-	}()
-	var b [maxHandshake]byte
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	binary.LittleEndian.PutUint16(b[4:], protoVersion)
-	binary.LittleEndian.PutUint16(b[6:], 0)
-	binary.LittleEndian.PutUint64(b[8:], p.probeAddr())
-	binary.LittleEndian.PutUint64(b[16:], p.probe[0])
-	if _, err := c.Write(b[:helloLen]); err != nil {
-		return nil, err
-	}
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
-	fds := parseFDs(oob[:oobn])
-	if err != nil || n < requestLen || len(fds) != 1 ||
-		binary.LittleEndian.Uint32(b[0:]) != msgMagic || binary.LittleEndian.Uint16(b[4:]) != protoVersion {
-		closeFDs(fds)
-		return nil, errProtocol
-	}
-	fd := fds[0]
-	defer unix.Close(fd)
-	reqSize, respSize := binary.LittleEndian.Uint64(b[24:]), binary.LittleEndian.Uint64(b[32:])
-	plen := int(binary.LittleEndian.Uint16(b[40:]))
-	rnr := verbs.RNRPolicy(b[6])
-	if !validRingSize(reqSize) || !validRingSize(respSize) || plen > verbs.MaxPrivateData || n != requestLen+plen ||
-		!validRNR(rnr) {
-		return nil, errProtocol
-	}
-	lo := newLayout(reqSize, respSize)
-	m, err := mapPeer(fd, lo.total)
-	if err != nil {
-		return nil, err
-	}
-	h := (*header)(unsafe.Pointer(&m[0]))
-	if h.magic != headerMagic || h.version != protoVersion || h.reqSize != reqSize || h.respSize != respSize {
-		unix.Munmap(m)
-		return nil, errProtocol
-	}
-	r = &request{
-		l: l, conn: c, m: m, lo: lo, pid: pid, cred: cred, pidfd: pidfd, peerRNR: rnr,
-		private: append([]byte(nil), b[requestLen:requestLen+plen]...),
-	}
-	r.cmaErr = p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
-	if r.cmaErr == "" {
-		r.cmaErr = checkPeerProcess(pidfd, perr)
-	}
-	r.mineOK = r.cmaErr == ""
-	if r.mineOK && b[7] == 0 {
-		r.cmaErr = "the peer cannot reach this process"
-	}
-	c.SetDeadline(time.Time{})
-	return r, nil
-}
-
-// validRNR reports whether a peer's message names an RNR policy.
-func validRNR(rnr verbs.RNRPolicy) bool { return rnr == verbs.RNRWait || rnr == verbs.RNRFail }
-
-// replyMsg is the listener's reply, decoded.
-type replyMsg struct {
-	kind    byte            // replyAccept or replyReject
-	rnr     verbs.RNRPolicy // the accepter's policy (accept only)
-	cma     bool            // the listener can reach the dialer's memory
-	private []byte          // a slice of the message
-}
-
-// putReply encodes a reply into b, which has room for replyLen +
-// verbs.MaxPrivateData bytes, and returns its length.
-func putReply(b []byte, m replyMsg) int {
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	b[4], b[5], b[6], b[7] = m.kind, byte(m.rnr), 0, 0
-	if m.cma {
-		b[6] = 1
-	}
-	binary.LittleEndian.PutUint16(b[8:], uint16(len(m.private)))
-	return replyLen + copy(b[replyLen:], m.private)
-}
-
-// parseReply decodes the listener's reply, as strictly as the listener
-// checks the request: an accept must carry a valid RNR policy (a reject
-// carries none).
-func parseReply(b []byte) (replyMsg, error) {
-	if len(b) < replyLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic {
-		return replyMsg{}, errProtocol
-	}
-	plen := int(binary.LittleEndian.Uint16(b[8:]))
-	if plen > verbs.MaxPrivateData || len(b) != replyLen+plen {
-		return replyMsg{}, fmt.Errorf("shm: reply of %d bytes with %d bytes of private data: %w", len(b), plen, errProtocol)
-	}
-	m := replyMsg{kind: b[4], cma: b[6] != 0, private: b[replyLen:]}
-	switch m.kind {
-	case replyReject:
-	case replyAccept:
-		m.rnr = verbs.RNRPolicy(b[5])
-		if !validRNR(m.rnr) {
-			return replyMsg{}, fmt.Errorf("shm: listener's accept carries RNR policy %d: %w", b[5], errProtocol)
-		}
-	default:
-		return replyMsg{}, fmt.Errorf("shm: reply of unknown kind %d: %w", m.kind, errProtocol)
-	}
-	return m, nil
-}
-
-func parseFDs(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for i := range msgs {
-		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-			fds = append(fds, f...)
-		}
-	}
-	return fds
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-}
-
-// request is a connection request whose mapping is mapped, waiting for
-// Accept or Reject.
-type request struct {
-	l       *listener
-	conn    *net.UnixConn
-	m       []byte
-	lo      layout
-	pid     int
-	cred    verbs.Cred
-	pidfd   int // of the peer process, or -1; the link's once accepted
-	peerRNR verbs.RNRPolicy
-	private []byte
-	cmaErr  string // "" if cross-memory attach works both ways
-	mineOK  bool   // this side can reach the peer
-
-	mu       sync.Mutex
-	answered bool
-}
-
-// PrivateData returns the request's private data.
-func (r *request) PrivateData() []byte { return r.private }
-
-func (r *request) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.answered {
-		return fmt.Errorf("%w: connection request already answered", verbs.ErrInvalid)
-	}
-	r.answered = true
-	return nil
-}
-
-// reply sends the answer.
-func (r *request) reply(kind byte, rnr verbs.RNRPolicy, private []byte) error {
-	var b [replyLen + verbs.MaxPrivateData]byte
-	n := putReply(b[:], replyMsg{kind: kind, rnr: rnr, cma: r.mineOK, private: private})
-	r.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	_, err := r.conn.Write(b[:n])
-	r.conn.SetWriteDeadline(time.Time{})
-	return err
-}
-
-// Accept connects ep to the requester.
-func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
-	if err := r.answer(); err != nil {
-		return nil, err
-	}
-	l := newLink(r.l.p, 1, r.m, r.lo, r.conn)
-	l.ep, l.pd, l.peerPID, l.peerRNR = ep, ep.PD(), r.pid, r.peerRNR
-	l.addrs = verbs.Peer{LocalAddr: r.l.addr, RemoteAddr: fmt.Sprintf("%s@%d", Scheme, r.pid), Cred: &r.cred}
-	l.pidfd, r.pidfd = r.pidfd, -1
-	l.cma, l.cmaErr = r.cmaErr == "", r.cmaErr
-	r.l.p.addLink(l)
-	if err := r.reply(replyAccept, ep.RNR(), private); err != nil {
-		l.abandon()
-		return nil, fmt.Errorf("shm: requester gone: %w: %w", syscall.ECONNABORTED, err)
-	}
-	l.start()
-	return l, nil
-}
-
-// Reject answers the request with a rejection.
-func (r *request) Reject(private []byte) error {
-	if err := r.answer(); err != nil {
-		return err
-	}
-	err := r.reply(replyReject, 0, private)
-	r.conn.Close()
-	unix.Munmap(r.m)
-	if r.pidfd >= 0 {
-		unix.Close(r.pidfd)
-		r.pidfd = -1
-	}
-	return err
-}
-
-// Dial connects to the listener at addr ("shm:PATH"). It returns an error
-// wrapping syscall.ECONNREFUSED if no one listens there.
-func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, private []byte) (verbs.Link, []byte, error) {
-	path, err := parse(addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unixpacket", path)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, ctx.Err())
-		}
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, nil, fmt.Errorf("shm: no listener at %s: %w", addr, syscall.ECONNREFUSED)
-		}
-		return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, err)
-	}
-	uc := c.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
-	l, reply, err := p.dial(uc, ep, private)
-	if !stop() && err == nil {
-		// ctx ended while we finished: the deadline may be set.
-		l.abandon()
-		l, err = nil, ctx.Err()
-	}
-	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, verbs.ErrRejected) {
-			err = ctx.Err()
-		}
-		return nil, nil, fmt.Errorf("shm: connect %s: %w", addr, err)
-	}
-	l.start()
-	return l, reply, nil
-}
-
-// dial runs the dialer's half of the rendezvous.
-func (p *Provider) dial(c *net.UnixConn, ep *verbs.Endpoint, private []byte) (*link, []byte, error) {
-	cred, err := peerCred(c)
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	pid := cred.PID
-	// The pidfd first, then the probe (pidfd_linux.go).
-	pidfd, perr := peerPidfd(c, pid)
-	fail := func(err error) (*link, []byte, error) {
-		c.Close()
-		if pidfd >= 0 {
-			unix.Close(pidfd)
-		}
-		return nil, nil, err
-	}
-	var b [maxHandshake]byte
-	n, err := c.Read(b[:])
-	if err != nil || n != helloLen || binary.LittleEndian.Uint32(b[0:]) != msgMagic ||
-		binary.LittleEndian.Uint16(b[4:]) != protoVersion {
-		if err == nil {
-			err = errProtocol
-		}
-		return fail(err)
-	}
-	cmaErr := p.probePeer(pid, binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]))
-	if cmaErr == "" {
-		cmaErr = checkPeerProcess(pidfd, perr)
-	}
-
-	lo := newLayout(p.opts.reqRing, p.opts.respRing)
-	fd, m, err := createMapping(lo.total)
-	if err != nil {
-		return fail(err)
-	}
-	h := (*header)(unsafe.Pointer(&m[0]))
-	var nb [8]byte
-	rand.Read(nb[:])
-	*h = header{magic: headerMagic, version: protoVersion, reqSize: lo.reqSize, respSize: lo.respSize,
-		nonce: binary.LittleEndian.Uint64(nb[:])}
-	l := newLink(p, 0, m, lo, c)
-	l.ep, l.pd, l.peerPID, l.pidfd = ep, ep.PD(), pid, pidfd
-	l.addrs = verbs.Peer{LocalAddr: fmt.Sprintf("%s@%d", Scheme, os.Getpid()), Cred: &cred}
-	p.addLink(l)
-
-	binary.LittleEndian.PutUint32(b[0:], msgMagic)
-	binary.LittleEndian.PutUint16(b[4:], protoVersion)
-	b[6], b[7] = byte(ep.RNR()), 0
-	if cmaErr == "" {
-		b[7] = 1
-	}
-	binary.LittleEndian.PutUint64(b[8:], p.probeAddr())
-	binary.LittleEndian.PutUint64(b[16:], p.probe[0])
-	binary.LittleEndian.PutUint64(b[24:], lo.reqSize)
-	binary.LittleEndian.PutUint64(b[32:], lo.respSize)
-	binary.LittleEndian.PutUint16(b[40:], uint16(len(private)))
-	clear(b[42:requestLen])
-	k := copy(b[requestLen:], private)
-	_, _, err = c.WriteMsgUnix(b[:requestLen+k], unix.UnixRights(fd), nil)
-	unix.Close(fd)
-	if err != nil {
-		l.abandon()
-		return nil, nil, err
-	}
-	n, err = c.Read(b[:])
-	if err != nil {
-		l.abandon()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = context.DeadlineExceeded
-		}
-		return nil, nil, err
-	}
-	rep, err := parseReply(b[:n])
-	if err != nil {
-		l.abandon()
-		return nil, nil, err
-	}
-	reply := append([]byte(nil), rep.private...)
-	if rep.kind == replyReject {
-		l.abandon()
-		return nil, nil, &verbs.RejectError{PrivateData: reply}
-	}
-	l.peerRNR = rep.rnr
-	switch {
-	case cmaErr != "":
-		l.cmaErr = cmaErr
-	case !rep.cma:
-		l.cmaErr = "the peer cannot reach this process"
-	default:
-		l.cma = true
-	}
-	return l, reply, nil
 }

@@ -18,13 +18,14 @@ var errUnsupported = errors.New("shm: the same-host provider needs Linux")
 // Listen and Dial fail.
 type Provider struct{}
 
-// New returns a provider.
-func New(opts ...Option) *Provider {
-	o := defaultOptions()
-	for _, f := range opts {
-		f(&o)
+// New returns a provider. It fails with an error wrapping
+// verbs.ErrInvalid if an option's value is out of range; without options
+// it never fails.
+func New(opts ...Option) (*Provider, error) {
+	if _, err := newOptions(opts); err != nil {
+		return nil, err
 	}
-	return &Provider{}
+	return &Provider{}, nil
 }
 
 // Listen fails: the provider needs Linux.

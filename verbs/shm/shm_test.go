@@ -3,7 +3,9 @@
 package shm_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -29,8 +31,8 @@ func localEnv(opts ...shm.Option) func(t *testing.T) verbstest.Env {
 	return func(t *testing.T) verbstest.Env {
 		dir := sockDir(t)
 		return verbstest.Env{
-			Provider:   shm.New(opts...),
-			Peer:       verbstest.NewLocalPeer(shm.New(opts...), "shm:"+dir+"/peer"),
+			Provider:   newProvider(opts...),
+			Peer:       verbstest.NewLocalPeer(newProvider(opts...), "shm:"+dir+"/peer"),
 			ListenAddr: "shm:" + dir + "/local",
 		}
 	}
@@ -63,10 +65,34 @@ func TestConformanceNoCMA(t *testing.T) {
 	verbstest.Run(t, localEnv(shm.WithoutCMA(), shm.WithRingSizes(16<<10, 16<<10)))
 }
 
-// TestConformancePoller runs the suite with WithPollerProgress, without
-// cross-memory attach on small rings: the suite's polls take the peer's
-// messages while the receiver goroutines park, and leave the messages
-// that span several records to them.
-func TestConformancePoller(t *testing.T) {
-	verbstest.Run(t, localEnv(modeOptions("poller-nocma")...))
+// TestOptionsInvalid checks that every option refuses a value out of its
+// range, so that New fails instead of using another value.
+func TestOptionsInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []shm.Option
+	}{
+		{"InlineMax", []shm.Option{shm.WithInlineMax(-1)}},
+		{"DirectMin", []shm.Option{shm.WithDirectMin(-1)}},
+		{"Spin", []shm.Option{shm.WithSpin(-time.Nanosecond)}},
+		{"RequestRing", []shm.Option{shm.WithRingSizes(16<<10+1, 16<<10)}},
+		{"RequestRingNegative", []shm.Option{shm.WithRingSizes(-1, 16<<10)}},
+		{"ResponseRingSmall", []shm.Option{shm.WithRingSizes(16<<10, 8<<10)}},
+		{"ResponseRingLarge", []shm.Option{shm.WithRingSizes(16<<10, 128<<20)}},
+		{"PeerArenaLimit", []shm.Option{shm.WithPeerArenaLimit(-1)}},
+		{"AllowUIDsNegative", []shm.Option{shm.WithAllowUIDs(1000, -1)}},
+		{"PeerCheckNil", []shm.Option{shm.WithPeerCheck(nil)}},
+		{"PeerCheckAndAllowUIDs", []shm.Option{shm.WithAllowUIDs(1000),
+			shm.WithPeerCheck(func(verbs.Cred) error { return nil })}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := shm.New(tc.opts...)
+			if !errors.Is(err, verbs.ErrInvalid) || p != nil {
+				t.Errorf("New = %v, %v; want nil and an error wrapping ErrInvalid", p, err)
+			}
+		})
+	}
+	if _, err := shm.New(shm.WithRingSizes(16<<10, 64<<20), shm.WithSpin(0), shm.WithPeerArenaLimit(0)); err != nil {
+		t.Errorf("New with values at the ends of their ranges: %v", err)
+	}
 }

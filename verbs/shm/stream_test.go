@@ -9,7 +9,6 @@ import (
 
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
-	"github.com/exsgo/exs/verbs/shm"
 	"github.com/exsgo/exs/verbs/verbstest"
 )
 
@@ -22,7 +21,7 @@ func TestLargeTransfers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 			defer cancel()
 			dir := sockDir(t)
-			a, b := shm.New(modeOptions(mode)...), shm.New(modeOptions(mode)...)
+			a, b := newProvider(modeOptions(mode)...), newProvider(modeOptions(mode)...)
 			qa, qb := connectPair(t, ctx, a, b, "shm:"+dir+"/s")
 			const n = 3<<20 + 123
 			srcBuf, dstBuf, rbuf := make([]byte, n), make([]byte, n), make([]byte, n)

@@ -30,7 +30,6 @@ func wakeOne(w *atomic.Uint32) {
 const (
 	awake       = 0 // the receiver runs
 	sleepNormal = 1 // it sleeps on the bell until a record arrives (ring)
-	sleepParked = 2 // it stands aside for a poller (Progress), not on the bell
 )
 
 // ring wakes the receiver of side b if it sleeps waiting for records. The

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/tcp"
@@ -216,11 +215,10 @@ func benchWrite(b *testing.B, size int, opts ...tcp.Option) {
 // BenchmarkRoundTrip sends 64 bytes one way and back, one round trip per
 // iteration: over the provider a SEND answered by a SEND, each consuming
 // a RECV posted in advance, both sides waiting on their CQ (adaptive: a
-// spin of 50 us, then a block; with -poller, the spin does the receive
-// work); its anchors, rawtcp, a Write answered by a Write on a loopback
-// TCP connection, both sides blocking in Read, and rawtcp-spin, the same
-// with both sides spinning on non-blocking reads (yielding between them),
-// as the pollers do.
+// spin of 50 us, then a block; EXS_BENCH_WAIT chooses another wait); its
+// anchors, rawtcp, a Write answered by a Write on a loopback TCP
+// connection, both sides blocking in Read, and rawtcp-spin, the same with
+// both sides spinning on non-blocking reads (yielding between them).
 func BenchmarkRoundTrip(b *testing.B) {
 	cc := benchCC(b)
 	const size = 64
@@ -306,8 +304,6 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}{
 		{"send-nocrc", []tcp.Option{tcp.WithoutCRC()}},
 		{"send-crc", nil},
-		{"send-nocrc-poller", []tcp.Option{tcp.WithoutCRC(), tcp.WithPollerProgress()}},
-		{"send-crc-poller", []tcp.Option{tcp.WithPollerProgress()}},
 	} {
 		b.Run("64B/"+mode.name, func(b *testing.B) {
 			bp := newBenchPair(b, append(mode.opts, tcp.WithCongestionControl(cc))...)
@@ -370,12 +366,12 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 // benchCQOpts returns the CQ options of the benchmarks (EXS_BENCH_WAIT:
 // notify, busy, or adaptive by default).
-func benchCQOpts() eventq.Options {
+func benchCQOpts() verbs.CQOptions {
 	switch os.Getenv("EXS_BENCH_WAIT") {
 	case "notify":
-		return eventq.Options{Mode: eventq.Notify}
+		return verbs.CQOptions{Wait: verbs.WaitNotify}
 	case "busy":
-		return eventq.Options{Mode: eventq.BusyPoll}
+		return verbs.CQOptions{Wait: verbs.WaitBusyPoll}
 	}
-	return eventq.Options{}
+	return verbs.CQOptions{}
 }

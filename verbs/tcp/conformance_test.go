@@ -66,14 +66,6 @@ func TestConformanceSmallSegments(t *testing.T) {
 	verbstest.Run(t, localEnv(modeOptions("small")...))
 }
 
-// TestConformancePoller runs the suite with WithPollerProgress on both
-// sides and 128-byte segments: the suite's polls take the FPDUs the socket
-// holds whole, and leave SENDs of several segments, FPDUs not yet whole
-// and SENDs that meet no RECV to the receiver goroutines.
-func TestConformancePoller(t *testing.T) {
-	verbstest.Run(t, localEnv(append(modeOptions("small"), tcp.WithPollerProgress())...))
-}
-
 // TestConformanceProcess runs the suite with the peer in a child process
 // (this test binary, run again), with CRCs off on both sides (the other
 // tests run with them on).

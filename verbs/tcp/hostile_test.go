@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/verbstest"
@@ -95,7 +94,7 @@ func newHostile(t *testing.T, o hostileOpts) *hostile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := dev.CreateCQ(64, eventq.Options{})
+	cq, err := dev.CreateCQ(64, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +609,7 @@ func TestHostileMPA(t *testing.T) {
 		}
 		defer dev.Close()
 		pd, _ := dev.AllocPD()
-		cq, _ := dev.CreateCQ(8, eventq.Options{})
+		cq, _ := dev.CreateCQ(8, verbs.CQOptions{})
 		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 		if err != nil {
 			t.Fatal(err)
@@ -719,7 +718,7 @@ func TestDialContext(t *testing.T) {
 	dev, _ := verbs.Open(p)
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(8, eventq.Options{})
+	cq, _ := dev.CreateCQ(8, verbs.CQOptions{})
 	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 	if err != nil {
 		t.Fatal(err)

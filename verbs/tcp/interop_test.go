@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/tcp"
@@ -221,7 +220,7 @@ func interopTraffic(t *testing.T, devA, devB *verbs.Device, ln *verbs.Listener) 
 	defer cancel()
 	newQP := func(d *verbs.Device) (*verbs.PD, *verbs.QP, *verbs.CQ) {
 		pd, _ := d.AllocPD()
-		cq, _ := d.CreateCQ(64, eventq.Options{})
+		cq, _ := d.CreateCQ(64, verbs.CQOptions{})
 		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SignalAll: true})
 		if err != nil {
 			t.Fatal(err)

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 var (
 	_ verbs.Link         = (*link)(nil)
 	_ verbs.PeerReporter = (*link)(nil)
-	_ verbs.Progresser   = (*link)(nil)
 )
 
 // maxCtlQueued bounds the control FPDUs (fence and zero-length READ
@@ -146,39 +143,7 @@ type link struct {
 	immVal      uint32
 	completions []*verbs.Message
 	ctl         [maxTermLen]byte
-	sock        *sockReader // the decoder's reader in the receiver goroutine
-	pr          pollReader  // ... in a poller
-	parkT       *time.Timer
-	seenPolls   uint64
-	seenUnpolls uint64
-
-	// Progress by pollers (WithPollerProgress). rxTok says who owns the
-	// decoder and the fields above: the receiver goroutine, but while it
-	// parks, when a poller may take it. rxIdle and parkReq are guarded by
-	// mu.
-	rxTok   atomic.Int32
-	polls   atomic.Uint64
-	unpolls atomic.Uint64
-	needRx  atomic.Bool // an FPDU waits for the receiver goroutine
-	stopped atomic.Bool // the receiver goroutine is finishing: no poller may start
-	unpark  chan struct{}
-	rxIdle  bool  // the receiver goroutine waits for data
-	parkReq bool  // a poller interrupted that wait
-	resume  uint8 // what the receiver goroutine must finish (owned with rxTok)
-	rxDone  bool  // a poller ended the link (owned with rxTok)
-	polling bool  // a poller runs the decoder (owned with rxTok)
 }
-
-// What a poller leaves to the receiver goroutine.
-const (
-	resumeFrame = 1 + iota // the FPDU whose header was read
-	resumeSend             // a SEND that met no RECV
-	resumeImm              // the notification of a WRITE with immediate data that met no RECV
-)
-
-// parkLease is how long the receiver goroutine parks while pollers do its
-// work before it looks again.
-const parkLease = time.Millisecond
 
 // newLink makes the link of an established connection; start runs it.
 func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool) (*link, error) {
@@ -220,10 +185,6 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	r.idle = l.idle
-	l.sock = r
-	l.pr = pollReader(fd)
-	l.unpark = make(chan struct{}, 1)
-	l.rxTok.Store(1) // the receiver goroutine owns the decoder but while it parks
 	l.dec = decoder{r: r, crc: crc}
 	l.pl.l = l
 	l.sink.l = l
@@ -642,41 +603,6 @@ func (l *link) detachLocked() {
 func (l *link) run() {
 	defer l.finishRx()
 	for {
-		if l.rxDone {
-			return // a poller ended the link
-		}
-		if l.p.opts.pollers && l.resume == 0 && !l.needRx.Load() && l.pollersActive() {
-			l.rxTok.Store(0)
-			l.park()
-			l.lockRx()
-			continue
-		}
-		l.needRx.Store(false)
-		l.dec.r = l.sock
-		if r := l.resume; r != 0 {
-			l.resume = 0
-			ok := false
-			if r == resumeFrame {
-				ok = l.frame(&l.dec.h)
-			} else {
-				ok = l.deliverPhase(r)
-			}
-			if !ok {
-				return
-			}
-			continue
-		}
-		if l.dec.have == 0 {
-			if err := l.waitData(); err != nil {
-				if l.parkRequested(err) {
-					continue
-				}
-				if !l.toGrace(err) {
-					l.streamEnded(err)
-					return
-				}
-			}
-		}
 		h, err := l.dec.next()
 		if err != nil && l.toGrace(err) {
 			continue
@@ -686,229 +612,17 @@ func (l *link) run() {
 			return
 		}
 		if !l.first {
-			l.openGate()
+			l.first = true
+			l.mu.Lock()
+			l.gated = false
+			l.flushLocked()
+			l.cond.Broadcast()
+			l.mu.Unlock()
 		}
 		if !l.frame(h) {
 			return
 		}
 	}
-}
-
-// openGate lets a passive side send, once the peer's first FPDU came.
-func (l *link) openGate() {
-	l.first = true
-	l.mu.Lock()
-	l.gated = false
-	l.flushLocked()
-	l.cond.Broadcast()
-	l.mu.Unlock()
-}
-
-// waitData waits until the socket holds something to read (the rest of
-// the stream, its end, or an error), in the runtime's poller; Progress may
-// interrupt the wait (parkReq) so that the receiver goroutine parks.
-func (l *link) waitData() error {
-	l.mu.Lock()
-	l.rxIdle = true
-	l.mu.Unlock()
-	err := l.sock.waitData()
-	l.mu.Lock()
-	l.rxIdle = false
-	if l.parkReq && !l.term {
-		l.c.SetReadDeadline(time.Time{})
-		if err == nil {
-			l.parkReq = false
-		}
-	}
-	l.mu.Unlock()
-	return err
-}
-
-// parkRequested reports whether err is a Progress call's interruption of
-// the receiver's wait for data.
-func (l *link) parkRequested(err error) bool {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ok := l.parkReq && !l.term
-	l.parkReq = false
-	return ok
-}
-
-// pollersActive reports whether goroutines polling the queue pair's CQs
-// called Progress since the last look and did not say they stop.
-func (l *link) pollersActive() bool {
-	p, u := l.polls.Load(), l.unpolls.Load()
-	active := p != l.seenPolls && u == l.seenUnpolls
-	l.seenPolls, l.seenUnpolls = p, u
-	return active
-}
-
-// park waits while pollers do the receive work: until Unpoll, a frame
-// left to the receiver goroutine, the link's end, or the lease.
-func (l *link) park() {
-	if l.parkT == nil {
-		l.parkT = time.NewTimer(parkLease)
-	} else {
-		l.parkT.Reset(parkLease)
-	}
-	select {
-	case <-l.unpark:
-		l.parkT.Stop()
-	case <-l.parkT.C:
-	case <-l.termC:
-		l.parkT.Stop()
-	}
-}
-
-// lockRx takes the decoder from the poller that has it.
-func (l *link) lockRx() {
-	for !l.rxTok.CompareAndSwap(0, 1) {
-		runtime.Gosched()
-	}
-}
-
-// wakeRx makes a parked receiver goroutine take over.
-func (l *link) wakeRx() {
-	select {
-	case l.unpark <- struct{}{}:
-	default:
-	}
-}
-
-// Progress does the receive work in the calling goroutine, one polling the
-// queue pair's CQs (see verbs.Progresser), with WithPollerProgress: it
-// takes the FPDUs the socket already holds whole, without waiting. An FPDU
-// that may wait (a SEND of several segments, one not arrived whole, a
-// SEND that meets no RECV under RNRWait) is left to the receiver
-// goroutine.
-func (l *link) Progress() bool {
-	if !l.p.opts.pollers || l.stopped.Load() {
-		return false
-	}
-	l.polls.Add(1)
-	if l.needRx.Load() {
-		return false
-	}
-	if !l.rxTok.CompareAndSwap(0, 1) {
-		// The receiver goroutine waits for data: make it park.
-		l.mu.Lock()
-		if l.rxIdle && !l.parkReq && !l.term {
-			l.parkReq = true
-			l.c.SetReadDeadline(time.Unix(1, 0))
-		}
-		l.mu.Unlock()
-		return false
-	}
-	did := false
-	if !l.stopped.Load() && !l.rxDone && l.resume == 0 {
-		did = l.poll()
-	}
-	l.rxTok.Store(0)
-	return did
-}
-
-// Unpoll makes the receiver goroutine take over at once.
-func (l *link) Unpoll() {
-	if !l.p.opts.pollers {
-		return
-	}
-	l.unpolls.Add(1)
-	l.idle()
-	l.wakeRx()
-}
-
-// poll acts on the FPDUs the socket holds whole. Called by a poller
-// holding rxTok. The control FPDUs it owes (fence responses) wait for the
-// next write (a reply the application posts goes with them) or for a
-// Progress that finds nothing to do, Unpoll, or the receiver goroutine's
-// return.
-func (l *link) poll() bool {
-	l.polling = true
-	l.dec.r = l.pr
-	defer func() { l.polling = false }()
-	d := &l.dec
-	did := false
-	avail := -1 // bytes the socket holds beyond the read-ahead, once asked
-	for range 64 {
-		l.mu.Lock()
-		busy := l.term || l.respPending > 0 || l.ctlQueued >= maxCtlQueued
-		l.mu.Unlock()
-		if busy {
-			break
-		}
-		total, known, more, took := l.nextSize()
-		if avail >= 0 {
-			avail -= took
-		}
-		if known && d.have+avail < total {
-			avail = inq(l.fd) // asked again: it may have come meanwhile
-		}
-		if !known || d.have+avail < total {
-			if more {
-				// Bytes of an FPDU not yet whole, or the stream's end:
-				// for the receiver goroutine, which may wait.
-				l.needRx.Store(true)
-				l.wakeRx()
-			}
-			break
-		}
-		before := d.have
-		h, err := d.next()
-		if err != nil {
-			if !l.streamEnded(err) {
-				l.rxDone = true
-				l.wakeRx()
-			}
-			did = true
-			break
-		}
-		did = true
-		if !l.first {
-			l.openGate()
-		}
-		if !h.tagged && (h.op == opSend || h.op == opSendSE) && !h.last {
-			l.resume = resumeFrame
-		} else if !l.frame(h) {
-			l.rxDone = true
-		}
-		if l.resume != 0 || l.rxDone {
-			l.needRx.Store(true)
-			l.wakeRx()
-			break
-		}
-		avail -= total - before + d.have // what the FPDU and the read-ahead took
-	}
-	if !did {
-		l.idle()
-	}
-	return did
-}
-
-// nextSize returns the length of the next FPDU if its length field is
-// known (read ahead, or read now: the first bytes of the next FPDU, taken
-// from the socket without waiting, are the header's), whether the socket
-// holds any of it or its end, and how many bytes it took from the socket.
-func (l *link) nextSize() (total int, known, more bool, took int) {
-	d := &l.dec
-	if d.have < 2 {
-		k, err := readNB(l.fd).Read(d.buf[d.have:minHeader])
-		switch {
-		case err == errWouldBlock:
-			return 0, false, d.have > 0, 0
-		case err != nil:
-			return 0, false, true, 0 // the end of the stream, or an error
-		}
-		d.have += k
-		took = k
-		if d.have < 2 {
-			return 0, false, true, took
-		}
-	}
-	ulpdu := int(binary.BigEndian.Uint16(d.buf[:]))
-	return 2 + ulpdu + padOf(ulpdu) + 4, true, true, took
 }
 
 // toGrace reports whether err is the interruption of Terminate, between
@@ -1267,33 +981,18 @@ func (l *link) onSend(h *header) bool {
 	}
 	l.pl.reset(h, true)
 	l.tm = verbs.Message{Op: op, Imm: imm, Len: n, Payload: &l.pl}
-	if err := l.pl.begin(h); err != nil {
-		l.tm = verbs.Message{}
-		return l.refused(err, &l.dec.h, nil)
+	err := l.pl.begin(h)
+	if err == nil {
+		err = l.deliverHeld()
 	}
-	return l.deliverPhase(resumeSend)
-}
-
-// deliverPhase delivers l.tm, a SEND (what) or the notification of an
-// RDMA WRITE with immediate data, and finishes its FPDU. A poller that
-// finds no RECV for it leaves it to the receiver goroutine (l.resume),
-// which holds it.
-func (l *link) deliverPhase(what uint8) bool {
-	err := l.deliverHeld()
-	if err == errHandOff {
-		l.resume = what
-		return true
-	}
-	if err == nil && what == resumeSend {
+	if err == nil {
 		err = l.pl.finish()
 	}
 	l.tm = verbs.Message{}
 	if err != nil {
 		return l.refused(err, &l.dec.h, nil)
 	}
-	if what == resumeSend {
-		l.expMSN[qnSend]++
-	}
+	l.expMSN[qnSend]++
 	return true
 }
 
@@ -1319,7 +1018,12 @@ func (l *link) onImm(h *header) bool {
 	// The WRITE's bytes are in place: Deliver checks the range again and
 	// consumes a RECV, which completes with imm and the WRITE's length.
 	l.tm = verbs.Message{Op: verbs.OpWriteWithImm, Imm: imm, RKey: mreg.Key(l.wKey), RAddr: l.wAddr, Len: int(l.wLen), Payload: placed{}}
-	return l.deliverPhase(resumeImm)
+	err = l.deliverHeld()
+	l.tm = verbs.Message{}
+	if err != nil {
+		return l.refused(err, h, nil)
+	}
+	return true
 }
 
 // placed is the Payload of the notification of an RDMA WRITE with
@@ -1338,9 +1042,6 @@ func (l *link) deliverHeld() error {
 		err := l.ep.Deliver(&l.tm)
 		if !errors.Is(err, verbs.ErrNoRecv) || l.peerRNR != verbs.RNRWait {
 			return err
-		}
-		if l.polling {
-			return errHandOff // a poller does not wait
 		}
 		t := time.NewTicker(holdCheck)
 		held := true
@@ -1365,7 +1066,6 @@ func (l *link) deliverHeld() error {
 var (
 	errHeldEnd  = errors.New("tcp: connection ended while a message waited for a RECV")
 	errPeerGone = errors.New("tcp: the peer closed the connection")
-	errHandOff  = errors.New("tcp: left to the receiver goroutine")
 )
 
 // payload is the Payload of a SEND or RDMA WRITE segment handed to
@@ -1753,7 +1453,6 @@ func (l *link) streamEnded(err error) bool {
 // the peer's end (read and dropped, so that closing does not reset the
 // connection), within the linger time.
 func (l *link) finishRx() {
-	l.stopped.Store(true) // the receiver goroutine holds rxTok: no poller comes
 	l.mu.Lock()
 	if !l.term {
 		// The endpoint is gone without a Terminate (it was never set

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -37,7 +36,7 @@ func TestOptions(t *testing.T) {
 			mk := func(p *Provider) (*verbs.Device, *verbs.QP) {
 				d, _ := verbs.Open(p)
 				pdom, _ := d.AllocPD()
-				cq, _ := d.CreateCQ(8, eventq.Options{})
+				cq, _ := d.CreateCQ(8, verbs.CQOptions{})
 				qp, err := pdom.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
 				if err != nil {
 					t.Fatal(err)

@@ -86,7 +86,6 @@ type sockReader struct {
 	err   error
 	waits bool // this Read already called idle
 	fn    func(uintptr) bool
-	ready func(uintptr) bool
 }
 
 func newSockReader(c *net.TCPConn) (*sockReader, error) {
@@ -96,83 +95,7 @@ func newSockReader(c *net.TCPConn) (*sockReader, error) {
 	}
 	r := &sockReader{rc: rc}
 	r.fn = r.read
-	r.ready = r.hasData
 	return r, nil
-}
-
-// hasData reports whether fd has something to read, its end or an error;
-// before it says no the first time, it calls idle.
-func (r *sockReader) hasData(fd uintptr) bool {
-	for {
-		var b [1]byte
-		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			if !r.waits && r.idle != nil {
-				r.waits = true
-				r.idle()
-				continue
-			}
-			return false
-		}
-		return true
-	}
-}
-
-// waitData waits in the runtime's poller until the connection has
-// something to read (see hasData), honouring its read deadline.
-func (r *sockReader) waitData() error {
-	err := r.rc.Read(r.ready)
-	r.waits = false
-	return err
-}
-
-// inq returns how many bytes fd holds to read.
-func inq(fd int) int {
-	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// pollReader reads fd for a poller, which reads only bytes the socket
-// holds: it never waits in the runtime's poller (whose read lock the
-// receiver goroutine may hold). Should the socket hold less than it said,
-// it waits in poll(2), at most a second.
-type pollReader int
-
-func (fd pollReader) Read(p []byte) (int, error) { return fd.ReadVec(p, nil) }
-
-// ReadVec reads into a then b with one readv.
-func (fd pollReader) ReadVec(a, b []byte) (int, error) {
-	if len(a) == 0 {
-		return 0, nil
-	}
-	var iov [2]unix.Iovec
-	for tries := 0; ; tries++ {
-		var n uintptr
-		var e syscall.Errno
-		if len(b) > 0 {
-			n, e = readv2(uintptr(fd), &iov, a, b)
-		} else {
-			n, _, e = unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&a[0])), uintptr(len(a)))
-		}
-		switch {
-		case e == unix.EINTR:
-			continue
-		case e == 0 && n == 0:
-			return 0, io.EOF
-		case e == 0:
-			return int(n), nil
-		case e != unix.EAGAIN || tries == 100:
-			return 0, e
-		}
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		unix.Poll(pfd, 10)
-	}
 }
 
 func (r *sockReader) read(fd uintptr) bool {

@@ -73,7 +73,6 @@ type options struct {
 	linger    time.Duration
 	segment   int
 	cc        string
-	pollers   bool
 }
 
 func defaultOptions() options {
@@ -123,17 +122,6 @@ func WithSegmentSize(n int) Option {
 // net.ipv4.tcp_available_congestion_control). By default they use the
 // system's (net.ipv4.tcp_congestion_control).
 func WithCongestionControl(name string) Option { return func(o *options) { o.cc = name } }
-
-// WithPollerProgress lets the goroutines that poll a queue pair's CQs do
-// the receiving side's work (verbs.Progresser): while CQ.Poll or a
-// spinning CQ.Wait calls Progress, the connection's receiver goroutine
-// parks, and the poller reads the FPDUs the socket holds whole and
-// delivers them, with no hand-off between goroutines. An FPDU that may
-// have to wait (one not arrived whole, a SEND of several segments, a SEND
-// that meets no RECV under RNRWait) is left to the receiver goroutine,
-// which also takes over after Unpoll, or a millisecond after the last
-// Progress. Off by default.
-func WithPollerProgress() Option { return func(o *options) { o.pollers = true } }
 
 // Compile-time checks.
 var _ verbs.Provider = (*Provider)(nil)

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -34,7 +33,7 @@ func TestDeregisterAfterDisconnect(t *testing.T) {
 		mk := func(p *Provider) (*verbs.Device, *verbs.PD, *verbs.QP, *verbs.CQ) {
 			d, _ := verbs.Open(p)
 			pdom, _ := d.AllocPD()
-			cq, _ := d.CreateCQ(64, eventq.Options{})
+			cq, _ := d.CreateCQ(64, verbs.CQOptions{})
 			qp, err := pdom.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 16, RecvDepth: 4})
 			if err != nil {
 				t.Fatal(err)

@@ -62,9 +62,10 @@ const (
 // defaults of verbs.QPConfig; CQDepth zero means 256. The peer uses one
 // completion queue for both of its queues.
 type QPSpec struct {
-	SendDepth, RecvDepth int
-	RNR                  verbs.RNRPolicy
-	CQDepth              int
+	SendDepth, RecvDepth  int
+	RNR                   verbs.RNRPolicy
+	CQDepth               int
+	RelaxedWritePlacement bool // verbs.QPConfig.RelaxedWritePlacement
 }
 
 // Answer says how a Peer answers the next connection request.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -190,14 +189,15 @@ func newLocalQP(d *verbs.Device, spec QPSpec) (*localQP, error) {
 	if depth == 0 {
 		depth = 256
 	}
-	cq, err := d.CreateCQ(depth, eventq.Options{})
+	cq, err := d.CreateCQ(depth, verbs.CQOptions{})
 	if err != nil {
 		return nil, err
 	}
 	qp, err := pd.CreateQP(verbs.QPConfig{
 		SendCQ: cq, RecvCQ: cq,
 		SendDepth: spec.SendDepth, RecvDepth: spec.RecvDepth,
-		RNR: spec.RNR,
+		RNR:                   spec.RNR,
+		RelaxedWritePlacement: spec.RelaxedWritePlacement,
 	})
 	if err != nil {
 		cq.Close()

@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
@@ -79,7 +78,7 @@ func connected(t *testing.T, ctx context.Context, p verbs.Provider, peer verbste
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := dev.CreateCQ(64, eventq.Options{})
+	cq, err := dev.CreateCQ(64, verbs.CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // wireMsgs are messages that exercise every field.
 var wireMsgs = []msg{
 	{Kind: kindRequest, ID: 1, Op: opPing},
-	{Kind: kindRequest, ID: 2, Op: opConnect, Timeout: 12345, Addr: "shm:/x/y", Spec: QPSpec{SendDepth: 3, RecvDepth: 4, RNR: verbs.RNRFail, CQDepth: 9}, Data: []byte("private")},
+	{Kind: kindRequest, ID: 2, Op: opConnect, Timeout: 12345, Addr: "shm:/x/y", Spec: QPSpec{SendDepth: 3, RecvDepth: 4, RNR: verbs.RNRFail, CQDepth: 9, RelaxedWritePlacement: true}, Data: []byte("private")},
 	{Kind: kindRequest, ID: 3, Op: opServe, Reject: true, Data: bytes.Repeat([]byte{7}, verbs.MaxPrivateData)},
 	{Kind: kindRequest, ID: 4, Op: opPostSend, Handle: 5, WRID: 1 << 63, Opcode: verbs.OpWriteWithImm, Signaled: true, Imm: 0xdeadbeef, RemoteAddr: 1<<64 - 1, RKey: 77,
 		SGL: []wireSGE{{MR: 6, Off: 8, Len: 16}, {MR: 7, Off: -1, Len: 1 << 40, Key: 3}}},
@@ -75,8 +75,8 @@ func TestWireMalformed(t *testing.T) {
 	badKind[0] = 9
 	badBool := (&msg{Kind: kindRequest, Reject: true}).marshal(nil)
 	// Reject follows kind, id, op, timeout, handle, n, access, an empty
-	// address and the spec.
-	const rejectAt = 1 + 8 + 1 + 8 + 8 + 8 + 4 + 4 + 8 + 8 + 1 + 8
+	// address and the spec (depths, RNR, CQ depth, relaxed).
+	const rejectAt = 1 + 8 + 1 + 8 + 8 + 8 + 4 + 4 + 8 + 8 + 1 + 8 + 1
 	if badBool[rejectAt] != 1 {
 		t.Fatalf("Reject is not at %d", rejectAt)
 	}

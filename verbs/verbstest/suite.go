@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,6 +36,30 @@ type test struct {
 // tests lists the suite, grouped by file.
 var tests = concat(cmTests, dataTests, protectionTests, flushTests, limitTests, concurrencyTests)
 
+// relaxedTests run a second time, as Relaxed/name, with the queue pairs of
+// both ends created with verbs.QPConfig.RelaxedWritePlacement: the tests
+// whose work requests place a WRITE behind a message that consumes a RECV,
+// and those that check what the relaxed rules still promise.
+var relaxedTests = pick(tests,
+	"Data/ZeroLength", "Order/SendAfterWrites", "Order/PeerToLocal", "Order/WritesBehindSends", "RNR/Wait",
+	"Protection/Remote",
+	"Flush/OnDisconnect", "Flush/OnClose", "Flush/OnPeerDisconnect", "Flush/OnPeerClose",
+	"Flush/DeliveredBeforePeerClose", "Flush/DeliveredBeforePeerDisconnect")
+
+// pick returns the tests of list with the given names, in the order of
+// names; a name not in list is a bug of the suite, and it panics.
+func pick(list []test, names ...string) []test {
+	var out []test
+	for _, n := range names {
+		i := slices.IndexFunc(list, func(tc test) bool { return tc.name == n })
+		if i < 0 {
+			panic("verbstest: no test " + n)
+		}
+		out = append(out, list[i])
+	}
+	return out
+}
+
 func concat(lists ...[]test) []test {
 	var out []test
 	for _, l := range lists {
@@ -46,11 +71,22 @@ func concat(lists ...[]test) []test {
 // Run runs the conformance suite, one subtest per behaviour, each with a
 // fresh Env from newEnv. The suite closes the Env's Peer when the subtest
 // ends; newEnv registers any other cleanup with t.Cleanup.
+//
+// The tests that depend on verbs.QPConfig.RelaxedWritePlacement run twice:
+// as name, with the attribute off, and as Relaxed/name, with it on for the
+// queue pairs of both ends, where they check what the relaxed rules still
+// promise. A provider passes both, whether it honours the attribute or
+// ignores it.
 func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			runOne(t, newEnv, tc.fn)
+			runOne(t, newEnv, tc.fn, false)
+		})
+	}
+	for _, tc := range relaxedTests {
+		t.Run("Relaxed/"+tc.name, func(t *testing.T) {
+			runOne(t, newEnv, tc.fn, true)
 		})
 	}
 }
@@ -63,9 +99,12 @@ type st struct {
 	env Env
 	dev *verbs.Device
 	wd  *time.Timer // the watchdog
+	// relaxed: the test's queue pairs, local and peer, are created with
+	// verbs.QPConfig.RelaxedWritePlacement.
+	relaxed bool
 }
 
-func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st)) {
+func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st), relaxed bool) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // registered first: runs last
 
@@ -90,7 +129,7 @@ func runOne(t *testing.T, newEnv func(t *testing.T) Env, fn func(x *st)) {
 		t.Fatalf("verbs.Open: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	fn(&st{T: t, ctx: ctx, env: env, dev: dev, wd: wd})
+	fn(&st{T: t, ctx: ctx, env: env, dev: dev, wd: wd, relaxed: relaxed})
 }
 
 // run runs fn as a subtest with a deadline of its own, Timeout from now,
@@ -102,13 +141,14 @@ func (x *st) run(name string, fn func(y *st)) {
 		x.wd.Reset(Timeout + WatchdogGrace)
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()
-		fn(&st{T: t, ctx: ctx, env: x.env, dev: x.dev, wd: x.wd})
+		fn(&st{T: t, ctx: ctx, env: x.env, dev: x.dev, wd: x.wd, relaxed: x.relaxed})
 	})
 }
 
-// local creates a local queue pair.
+// local creates a local queue pair (relaxed in a Relaxed test).
 func (x *st) local(spec QPSpec) *localQP {
 	x.Helper()
+	spec.RelaxedWritePlacement = spec.RelaxedWritePlacement || x.relaxed
 	q, err := newLocalQP(x.dev, spec)
 	if err != nil {
 		x.Fatalf("create local queue pair: %v", err)
@@ -125,10 +165,11 @@ func (x *st) pair(spec, peerSpec QPSpec) (*localQP, PeerQP) {
 	return q, p
 }
 
-// connect connects q to a new peer queue pair, with private data both
-// ways, checking that they arrive.
+// connect connects q to a new peer queue pair (relaxed in a Relaxed
+// test), with private data both ways, checking that they arrive.
 func (x *st) connect(q *localQP, peerSpec QPSpec, req, rep []byte) PeerQP {
 	x.Helper()
+	peerSpec.RelaxedWritePlacement = peerSpec.RelaxedWritePlacement || x.relaxed
 	addr, err := x.env.Peer.Listen(x.ctx)
 	if err != nil {
 		x.Fatalf("Peer.Listen: %v", err)

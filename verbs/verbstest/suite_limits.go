@@ -4,7 +4,6 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/exsgo/exs/eventq"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -154,7 +153,7 @@ func testCloseBusy(x *st) {
 	if _, err := q.pd.RegisterMR(make([]byte, 8), 0); !errors.Is(err, verbs.ErrClosed) {
 		x.Errorf("RegisterMR on a closed PD: %v, want ErrClosed", err)
 	}
-	if _, err := x.dev.CreateCQ(0, eventq.Options{}); err == nil {
+	if _, err := x.dev.CreateCQ(0, verbs.CQOptions{}); err == nil {
 		x.Errorf("CreateCQ(0) succeeded")
 	}
 }

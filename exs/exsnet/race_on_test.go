@@ -1,0 +1,5 @@
+//go:build race
+
+package exsnet_test
+
+const raceEnabled = true
