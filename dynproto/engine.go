@@ -158,7 +158,7 @@ func (e *Engine) Abort(out []Action, err error) []Action {
 		r := e.recvs.pop()
 		out = append(out, Action{Kind: RecvDone, ID: r.id, Len: r.filled, Err: err})
 	}
-	e.cur, e.adv, e.kb = 0, 0, 0
+	e.cur, e.adv = 0, 0
 	e.writes = fifo[uint64]{}
 	return out
 }

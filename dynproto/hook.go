@@ -118,7 +118,6 @@ func (e *Engine) appendKey(b []byte) []byte {
 	u(uint64(e.arr))
 	i(e.br)
 	i(e.ka)
-	i(e.kb)
 	i(e.rpos)
 	i(e.rwpos)
 	i(e.segs.len())

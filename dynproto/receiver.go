@@ -8,7 +8,7 @@ import (
 
 // recv states.
 const (
-	recvWaiting    uint8 = iota // not advertised (yet): counted in k_b
+	recvWaiting    uint8 = iota // not advertised (yet): k_b counts them
 	recvAdvertised              // an ADVERT was sent for it
 	recvPlain                   // never to be advertised (IndirectOnly mode, or after FIN)
 )
@@ -33,8 +33,10 @@ type segment struct {
 }
 
 // receiver is the receiver half's state: the recvs not yet complete, the
-// variables of algorithms 2-4 (P_r, S_r, S'_r, b_r, k_a, k_b) and the stream
-// buffer's bookkeeping.
+// variables of algorithms 2-4 (P_r, S_r, S'_r, b_r, k_a) and the stream
+// buffer's bookkeeping. The algorithms' k_b, the recvs waiting unadvertised,
+// is no variable of its own: the recvs in state recvWaiting are those, in
+// order, and pumpAdverts reads them there (departure 2); State counts them.
 type receiver struct {
 	recvs      fifo[recvReq]
 	adv        int   // index of the first recv not advertised
@@ -43,7 +45,7 @@ type receiver struct {
 	sest       Seq   // S'_r
 	arr        Seq   // next unit expected to arrive
 	br         int   // b_r: bytes in the stream buffer not yet copied out
-	ka, kb     int   // k_a: stale recvs to fill from the stream buffer; k_b: recvs waiting unadvertised
+	ka         int   // k_a: stale recvs to fill from the stream buffer
 	rpos       int   // next read offset in the stream buffer
 	rwpos      int   // next write offset expected from the peer
 	segs       fifo[segment]
@@ -72,8 +74,6 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting}
 	if e.cfg.Mode == IndirectOnly || e.fin || e.gone {
 		r.state = recvPlain
-	} else {
-		e.kb++
 	}
 	e.recvs.push(r)
 	return e.Pump(out)
@@ -86,7 +86,7 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 // indirect one, send the ADVERT with P_A = P_r and S_A = S'_r, and advance
 // S'_r by the recv's length with MSG_WAITALL, by 1 otherwise.
 //
-// A recv posted during a hold-off waits, counted in k_b, and is advertised
+// A recv posted during a hold-off waits (k_b counts it), and is advertised
 // like a new recv once the hold-off ends, provided it has received nothing
 // from the stream buffer (departure 2). A later recv is never advertised
 // while an earlier one waits: the sender fills ADVERTs in order. In dynamic
@@ -124,7 +124,6 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 		r.advert = e.nextAdvert
 		r.phase = e.pr
 		e.nextAdvert++
-		e.kb--
 		f := Frame{Type: FrameAdvert, Phase: e.pr, Seq: e.sest, ID: r.advert, Len: uint32(r.n)}
 		if r.waitAll {
 			f.Flags |= FlagWaitAll
@@ -431,11 +430,8 @@ func (e *Engine) consume(n int) {
 // completeRecv completes the head recv with its filled bytes.
 func (e *Engine) completeRecv(out []Action, err error) []Action {
 	r := e.recvs.pop()
-	switch {
-	case r.stale:
+	if r.stale {
 		e.ka--
-	case r.state == recvWaiting:
-		e.kb--
 	}
 	if e.adv > 0 {
 		e.adv--
@@ -554,7 +550,6 @@ func (e *Engine) onFin(out []Action, f *Frame) ([]Action, error) {
 			r.state = recvPlain
 		}
 	}
-	e.kb = 0
 	return e.finishAtEOF(out), nil
 }
 
@@ -606,7 +601,6 @@ func (e *Engine) PeerGone(out []Action, err error) []Action {
 			r.state = recvPlain
 		}
 	}
-	e.kb = 0
 	if e.cfg.Type == SeqPacket {
 		// The segments after the last whole message will never be
 		// completed by the rest of their message.
