@@ -55,7 +55,11 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{
 		cfg:          cfg,
 		frameCredits: frameCredits{fc: cfg.PeerFrames, slot: true},
-		sender:       sender{bs: cfg.PeerRecvBuffer},
+		sender:       sender{bs: cfg.PeerRecvBuffer, ss: cfg.InitialSeq, ps: cfg.InitialPhase},
+		receiver: receiver{
+			sr: cfg.PeerInitialSeq, sest: cfg.PeerInitialSeq, arr: cfg.PeerInitialSeq,
+			pr: cfg.PeerInitialPhase,
+		},
 	}, nil
 }
 
