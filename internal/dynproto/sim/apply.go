@@ -38,6 +38,10 @@ func (w *World) applyWrite(i int, a dynproto.Action) {
 		w.failf("endpoint %c: write of send %d [%d:+%d] outside the send", 'A'+i, a.ID, a.Off, a.Len)
 		return
 	}
+	p.writesEmitted++
+	if !seqpacket {
+		p.unitsSent += uint64(a.Len)
+	}
 	if peer.closed {
 		// The closed end's memory is gone: the write never lands,
 		// and its frame (dropped too) never completes it.
@@ -80,6 +84,7 @@ func (w *World) reserveRing(i int, a dynproto.Action) bool {
 			return false
 		}
 		peer.ringBusy[k] = true
+		peer.busy++
 	}
 	return true
 }
@@ -123,6 +128,10 @@ func (w *World) applyFrame(i int, a dynproto.Action) {
 	p := &w.ep[i]
 	peer := &w.ep[1-i]
 	f := a.Frame
+	if w.cfg.Engine[i].Type == dynproto.SeqPacket && f.Flags&dynproto.FlagEOM != 0 &&
+		(f.Type == dynproto.FrameDirect || f.Type == dynproto.FrameIndirect) {
+		p.unitsSent++ // the message's last transfer (or its refusal)
+	}
 	if f.Type == dynproto.FrameAdvert {
 		f.RKey = uint32(a.ID) + 1 // the world's key for recv a.ID
 		f.Addr = 0
@@ -158,6 +167,7 @@ func (w *World) applyCopy(i int, a dynproto.Action) {
 			return
 		}
 		p.ringBusy[a.RingOff+k] = false
+		p.busy--
 	}
 	copy(r.data[a.Off:], p.ring[a.RingOff:a.RingOff+a.Len])
 	r.copied = true
@@ -173,6 +183,7 @@ func (w *World) applyDiscard(i int, a dynproto.Action) {
 			return
 		}
 		p.ringBusy[k] = false
+		p.busy--
 	}
 }
 

@@ -83,6 +83,7 @@ func (w *World) recvDone(i int, a dynproto.Action) {
 	}
 	r := &p.recvs[a.ID]
 	r.done = true
+	p.pending--
 	if a.Err == syscall.ECANCELED && p.closed {
 		return // canceled by this end's close
 	}
@@ -161,13 +162,102 @@ func (w *World) recvMessage(i int, r *recvBuf, a dynproto.Action) {
 	}
 }
 
+// relPhase is phase p of a stream that started in phase p0, counted from
+// the start: the simulation's own serial arithmetic, so that the checks do
+// not rest on the engine's Phase.Before. A phase before the start comes out
+// negative.
+func relPhase(p, p0 dynproto.Phase) int64 { return int64(int32(uint32(p) - uint32(p0))) }
+
+// relSeq is sequence number s of a stream that started at s0, counted from
+// the start (negative before it).
+func relSeq(s, s0 dynproto.Seq) int64 { return int64(uint64(s) - uint64(s0)) }
+
+// RelPhases returns endpoint i's sender and receiver phases, counted from
+// the start of their streams (0: the initial phase).
+func (w *World) RelPhases(i int) (ps, pr int64) {
+	s := w.ep[i].eng.State()
+	c := &w.cfg.Engine[i]
+	return relPhase(s.PS, c.InitialPhase), relPhase(s.PR, c.PeerInitialPhase)
+}
+
+// checkPhases checks that neither half of endpoint i moved to an earlier
+// phase, counting phases from the start of each stream.
 func (w *World) checkPhases(i int) {
 	p := &w.ep[i]
-	s := p.eng.State()
-	if s.PS.Before(p.maxPS) || s.PR.Before(p.maxPR) {
-		w.failf("endpoint %c: phase went backwards (P_S %d after %d, P_r %d after %d)", 'A'+i, s.PS, p.maxPS, s.PR, p.maxPR)
+	ps, pr := w.RelPhases(i)
+	if ps < p.maxPS || pr < p.maxPR {
+		s := p.eng.State()
+		w.failf("endpoint %c: phase went backwards (P_S %d, %d from its start, after %d; P_r %d, %d from its start, after %d)",
+			'A'+i, s.PS, ps, p.maxPS, s.PR, pr, p.maxPR)
 	}
-	p.maxPS, p.maxPR = s.PS, s.PR
+	p.maxPS, p.maxPR = max(p.maxPS, ps), max(p.maxPR, pr)
+}
+
+// CaughtUp reports whether endpoint i's receiver is caught up with its
+// peer's sender, as the simulation sees them (none of it read from the
+// engines): every write of the peer completed, every unit the peer put into
+// a transfer delivered to a recv of i's, i's stream buffer empty, no recv
+// of i's pending, the peer's FIN not delivered, and neither end closed.
+// Whatever i advertises next then starts exactly at the next unit.
+func (w *World) CaughtUp(i int) bool {
+	r, s := &w.ep[i], &w.ep[1-i]
+	return !r.closed && !s.closed && !r.finIn && s.writesDone == s.writesEmitted &&
+		s.unitsSent == r.delivered && r.busy == 0 && r.pending == 0
+}
+
+// CheckCaughtUp checks the efficiency invariant at endpoint i's receiver,
+// if it is caught up (CaughtUp): the ADVERT it would send for a new recv
+// must be fresh, its sequence number the next unit to deliver and its phase
+// not before the sender's. The ADVERT is the engine's own: a copy of the
+// engine is given a recv (and, if it has none, frame credits) and its
+// frame is read; the next unit is the count the simulation delivered,
+// the phases are compared with the simulation's own arithmetic. The one
+// engine variable read is the sender's P_S, which nothing on the wire shows
+// between two transfers (it moves when the sender drops a stale ADVERT). In
+// indirect-only mode nothing is advertised and nothing is checked.
+func (w *World) CheckCaughtUp(i int) error {
+	if !w.CaughtUp(i) || w.cfg.Engine[i].Mode == dynproto.IndirectOnly {
+		return nil
+	}
+	c := &w.cfg.Engine[i]
+	f, ok := w.nextAdvert(i)
+	if !ok {
+		return fmt.Errorf("endpoint %c is caught up after %d units, but would not advertise a new recv", 'A'+i, w.ep[i].delivered)
+	}
+	if got := relSeq(f.Seq, c.PeerInitialSeq); got != int64(w.ep[i].delivered) {
+		return fmt.Errorf("endpoint %c is caught up after %d units, but its next ADVERT would carry S_A=%d, %d from the start of the stream: the sender must judge it stale or fill it at the wrong place",
+			'A'+i, w.ep[i].delivered, f.Seq, got)
+	}
+	sender := w.ep[1-i].eng.State()
+	pa, ps := relPhase(f.Phase, c.PeerInitialPhase), relPhase(sender.PS, c.PeerInitialPhase)
+	if pa < ps {
+		return fmt.Errorf("endpoint %c is caught up after %d units, but its next ADVERT would carry P_A=%d, before the sender's P_S=%d (%d and %d from the start): the sender must judge it stale",
+			'A'+i, w.ep[i].delivered, f.Phase, sender.PS, pa, ps)
+	}
+	return nil
+}
+
+// probeRecv is the id of the recv a probe posts on a copy of an engine.
+const probeRecv = 1 << 62
+
+// nextAdvert returns the ADVERT endpoint i's engine would send for a new
+// recv now: a copy of it is given a recv of its AdvertMin (at least 1) and,
+// while it sends no ADVERT for lack of frame credits, every credit.
+func (w *World) nextAdvert(i int) (dynproto.Frame, bool) {
+	e := engineOps.Clone(w.ep[i].eng)
+	acts := e.PostRecv(nil, probeRecv, max(1, w.cfg.Engine[i].AdvertMin), false)
+	for try := 0; ; try++ {
+		for _, a := range acts {
+			if a.Kind == dynproto.SendFrame && a.Frame.Type == dynproto.FrameAdvert && a.ID == probeRecv {
+				return a.Frame, true
+			}
+		}
+		if try == 3 {
+			return dynproto.Frame{}, false
+		}
+		engineOps.GrantFrames(e)
+		acts = e.Pump(acts[:0])
+	}
 }
 
 // Finished reports, for a quiescent world, whether everything ended well:

@@ -53,7 +53,9 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(p.writesPlaced))
 		b = binary.AppendUvarint(b, uint64(p.writesDone))
 		b = binary.AppendUvarint(b, p.delivered)
-		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset))
+		b = binary.AppendUvarint(b, p.unitsSent)
+		b = binary.AppendUvarint(b, uint64(p.writesEmitted))
+		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset), boolByte(p.finIn))
 		for k, d := range p.sendDone {
 			b = append(b, boolByte(d))
 			b = binary.AppendUvarint(b, uint64(p.sendLens[k]))

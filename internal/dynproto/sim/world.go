@@ -161,6 +161,12 @@ type endpoint struct {
 	eng    *dynproto.Engine
 	script Script
 
+	// What the simulation saw of this endpoint's outgoing stream: every
+	// unit it put into a transfer (bytes written on a stream, messages whose
+	// last transfer went in message mode), every write it emitted.
+	unitsSent     uint64
+	writesEmitted int
+
 	nextSend     int
 	sendLens     []int // length of each posted send
 	shut         bool
@@ -176,14 +182,19 @@ type endpoint struct {
 	drains    int
 	recvs     []recvBuf // by recv id
 	recvWait  []bool    // MSG_WAITALL of each posted recv
+	pending   int       // recvs posted and not complete
 	ring      []byte
 	ringBusy  []bool
+	busy      int    // stream-buffer bytes busy (data not copied out, or a write on its way)
 	delivered uint64 // stream bytes (stream) or messages (message) delivered
+	finIn     bool   // the peer's FIN was delivered
 	eof       bool
 	closed    bool // the application closed this endpoint
 	reset     bool // a recv reported ECONNRESET
 
-	maxPS, maxPR dynproto.Phase
+	// The highest phases seen of this endpoint's sender and receiver
+	// halves, counted from the start of their streams (relPhase).
+	maxPS, maxPR int64
 }
 
 // World is two endpoints and the two channels between them. Not safe for
@@ -199,9 +210,12 @@ type World struct {
 }
 
 // New builds a world from cfg. It fails if either engine configuration is
-// invalid.
+// invalid or the two do not mirror each other.
 func New(cfg *Config) (*World, error) {
 	w := &World{cfg: cfg}
+	if err := checkMirror(&cfg.Engine); err != nil {
+		return nil, err
+	}
 	for i := range w.ep {
 		eng, err := dynproto.New(cfg.Engine[i])
 		if err != nil {
@@ -217,6 +231,19 @@ func New(cfg *Config) (*World, error) {
 		p.ringBusy = make([]bool, cfg.Engine[i].RecvBuffer)
 	}
 	return w, nil
+}
+
+// checkMirror checks that each engine's view of its peer is the peer's
+// own configuration.
+func checkMirror(c *[2]dynproto.Config) error {
+	for i := range 2 {
+		a, b := &c[i], &c[1-i]
+		if a.PeerRecvBuffer != b.RecvBuffer || a.PeerFrames != b.Frames ||
+			a.PeerInitialSeq != b.InitialSeq || a.PeerInitialPhase != b.InitialPhase || a.Mode != b.Mode || a.Type != b.Type {
+			return fmt.Errorf("endpoint %c's configuration does not mirror endpoint %c's", 'A'+i, 'A'+1-i)
+		}
+	}
+	return nil
 }
 
 // checkScript checks that every length a script may post is one a Move
@@ -301,7 +328,7 @@ func (w *World) Moves(ms []Move) []Move {
 			} else {
 				ms = append(ms, Move{End: e, Kind: MoveRecv})
 			}
-		} else if p.script.DrainLen > 0 && !p.eof && !p.reset && p.eng.State().Recvs == 0 {
+		} else if p.script.DrainLen > 0 && !p.eof && !p.reset && p.pending == 0 {
 			ms = append(ms, Move{End: e, Kind: MoveDrainRecv})
 		}
 		if p.eng.CanCopy() {
@@ -371,6 +398,7 @@ func (w *World) Step(m Move) error {
 		id := uint64(len(p.recvs))
 		p.recvs = append(p.recvs, recvBuf{id: id, data: make([]byte, op.Len), direct: make([]bool, op.Len)})
 		p.recvWait = append(p.recvWait, op.WaitAll)
+		p.pending++
 		acts = p.eng.PostRecv(acts, id, op.Len, op.WaitAll)
 	case MoveCopy:
 		acts = p.eng.Copy(acts)
@@ -395,6 +423,9 @@ func (w *World) Step(m Move) error {
 		w.place(i, msg.writes)
 		w.ep[1-i].writesPlaced += len(msg.writes)
 		f := msg.frame
+		if f.Type == dynproto.FrameFin {
+			p.finIn = true
+		}
 		acts, err = p.eng.OnFrame(acts, &f)
 		if err != nil {
 			w.failf("endpoint %c rejected %v: %v", 'A'+i, msg.frame, err)
