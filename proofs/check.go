@@ -47,7 +47,10 @@ type Result struct {
 	// (P_S direct and at least 3): the protocol returned to direct
 	// transfers after falling back to the stream buffer.
 	DirectAgain [2]bool
-	Elapsed     time.Duration
+	// Seen is every event (sim.Events) some explored path went through:
+	// what the configuration reaches.
+	Seen    sim.Events
+	Elapsed time.Duration
 	// Violation is the first property violation found, with a shortest
 	// trace leading to it (see Violation); nil if every reachable state and
 	// step satisfies every property and the state graph has no cycle.
@@ -343,6 +346,7 @@ func (g *graph) cycle(n int) (uint32, []sim.Move) {
 // observe records what a new state shows about phases, counted from the
 // start of each stream.
 func observe(res *Result, w *sim.World) {
+	res.Seen |= w.Seen()
 	for i := range 2 {
 		ps, pr := w.RelPhases(i)
 		res.MaxPhase = max(res.MaxPhase, ps, pr)

@@ -39,6 +39,8 @@ func (w *World) applyWrite(i int, a dynproto.Action) {
 		return
 	}
 	p.writesEmitted++
+	p.tWrites++
+	p.tBytes += a.Len
 	if !seqpacket {
 		p.unitsSent += uint64(a.Len)
 	}
@@ -122,12 +124,69 @@ func (w *World) reserveRecv(i int, a dynproto.Action) (*recvBuf, bool) {
 	return r, true
 }
 
+// defaultMaxGather is MaxGather's documented default.
+const defaultMaxGather = 8
+
+// checkTransfer checks the writes emitted since the last frame of endpoint
+// i's against the frame f that follows them: a DIRECT or INDIRECT frame
+// announces exactly their bytes, gathers from at most MaxGather sends on a
+// stream (one write per send), carries at most MaxIndirect bytes into the
+// stream buffer, and carries one write in message mode (none for a message
+// refused as too long); no other frame follows writes.
+func (w *World) checkTransfer(i int, f *dynproto.Frame) {
+	p := &w.ep[i]
+	c := &w.cfg.Engine[i]
+	nw, nb := p.tWrites, p.tBytes
+	p.tWrites, p.tBytes = 0, 0
+	if f.Type != dynproto.FrameDirect && f.Type != dynproto.FrameIndirect {
+		if nw > 0 {
+			w.failf("endpoint %c: %d writes followed by %v, not by their transfer's frame", 'A'+i, nw, f.Type)
+		}
+		return
+	}
+	gather := c.MaxGather
+	if gather == 0 {
+		gather = defaultMaxGather
+	}
+	tooLong := f.Flags&dynproto.FlagTooLong != 0
+	switch {
+	case int(f.Len) != nb:
+		w.failf("endpoint %c: %v announces %d units, its writes carry %d", 'A'+i, f, f.Len, nb)
+	case c.Type == dynproto.Stream && nw > gather:
+		w.failf("endpoint %c: %v gathers from %d sends, MaxGather is %d", 'A'+i, f, nw, gather)
+	case c.Type == dynproto.SeqPacket && f.Type == dynproto.FrameDirect && tooLong && nw != 0:
+		w.failf("endpoint %c: %v refuses a message but carries %d writes", 'A'+i, f, nw)
+	case c.Type == dynproto.SeqPacket && nw > 1:
+		w.failf("endpoint %c: %v carries %d writes of one message", 'A'+i, f, nw)
+	case f.Type == dynproto.FrameIndirect && c.MaxIndirect > 0 && nb > c.MaxIndirect:
+		w.failf("endpoint %c: %v carries %d units into the stream buffer, MaxIndirect is %d", 'A'+i, f, nb, c.MaxIndirect)
+	}
+	if nw > 1 {
+		w.seen |= SeenGather
+	}
+}
+
 // applyFrame sends a frame of endpoint i's into the channel to its peer,
 // with the writes emitted since the last one.
 func (w *World) applyFrame(i int, a dynproto.Action) {
 	p := &w.ep[i]
 	peer := &w.ep[1-i]
 	f := a.Frame
+	w.checkTransfer(i, &f)
+	switch {
+	case f.Type == dynproto.FramePause:
+		if p.pauses++; p.pauses > 1 {
+			w.seen |= SeenRepeatedPause
+		}
+	case f.Type == dynproto.FrameAck && f.Msgs > 1:
+		w.seen |= SeenBatchedAck
+		if f.Flags&dynproto.FlagTooLong != 0 {
+			w.seen |= SeenBatchedTooLong
+		}
+	}
+	if w.wrapped(i, &f) {
+		w.seen |= SeenWrap
+	}
 	if w.cfg.Engine[i].Type == dynproto.SeqPacket && f.Flags&dynproto.FlagEOM != 0 &&
 		(f.Type == dynproto.FrameDirect || f.Type == dynproto.FrameIndirect) {
 		p.unitsSent++ // the message's last transfer (or its refusal)

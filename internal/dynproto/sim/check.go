@@ -7,12 +7,23 @@ import (
 	"github.com/exsgo/exs/dynproto"
 )
 
+// verdicts of a message at its recv.
+const (
+	fits    = 1
+	tooLong = 2
+)
+
 func (w *World) sendDone(i int, a dynproto.Action) {
 	p := &w.ep[i]
 	if a.ID >= uint64(len(p.sendDone)) || p.sendDone[a.ID] {
 		w.failf("endpoint %c: send %d completed twice or never posted", 'A'+i, a.ID)
 		return
 	}
+	if a.ID != uint64(p.sendsDone) {
+		w.failf("endpoint %c: send %d completed before send %d, posted earlier", 'A'+i, a.ID, p.sendsDone)
+		return
+	}
+	p.sendsDone++
 	p.sendDone[a.ID] = true
 	p.sendErr[a.ID] = a.Err
 	n := p.sendLens[a.ID]
@@ -25,7 +36,49 @@ func (w *World) sendDone(i int, a dynproto.Action) {
 		w.failf("endpoint %c: send %d failed: %v", 'A'+i, a.ID, a.Err)
 	case a.Err != nil && w.cfg.Engine[i].Type != dynproto.SeqPacket:
 		w.failf("endpoint %c: send %d failed on a stream: %v", 'A'+i, a.ID, a.Err)
+	case w.cfg.Engine[i].Type == dynproto.SeqPacket:
+		w.checkVerdict(i, a.ID)
 	}
+}
+
+// checkVerdict checks that message m of endpoint i's, sent in message mode,
+// failed with EMSGSIZE at its sender if and only if it was longer than the
+// recv it met, once both are known: a send that succeeded must have met a
+// recv it fit (it completes only once its message has been received).
+func (w *World) checkVerdict(i int, m uint64) {
+	p := &w.ep[i]
+	if !p.sendDone[m] {
+		return
+	}
+	err := p.sendErr[m]
+	if err != nil && err != syscall.EMSGSIZE {
+		return // the connection went
+	}
+	var v uint8
+	if m < uint64(len(p.verdict)) {
+		v = p.verdict[m]
+	}
+	switch {
+	case err == nil && v != fits:
+		w.failf("endpoint %c: send %d (message %d of %d bytes) succeeded, but its message %s", 'A'+i, m, m, p.sendLens[m],
+			map[uint8]string{0: "has met no recv yet", tooLong: "was longer than its recv"}[v])
+	case err == syscall.EMSGSIZE && v == fits:
+		w.failf("endpoint %c: send %d (message %d of %d bytes) failed with EMSGSIZE, but its message fit its recv", 'A'+i, m, m, p.sendLens[m])
+	}
+}
+
+// setVerdict records what the recv of endpoint i that message m of the
+// peer's met made of it, and checks the peer's send against it.
+func (w *World) setVerdict(i int, m uint64, v uint8) {
+	peer := &w.ep[1-i]
+	for uint64(len(peer.verdict)) <= m {
+		peer.verdict = append(peer.verdict, 0)
+	}
+	peer.verdict[m] = v
+	if v == tooLong {
+		w.seen |= SeenTooLong
+	}
+	w.checkVerdict(1-i, m)
 }
 
 // completedUnits returns how many units of endpoint i's stream its
@@ -81,6 +134,11 @@ func (w *World) recvDone(i int, a dynproto.Action) {
 		w.failf("endpoint %c: recv %d completed twice or never posted", 'A'+i, a.ID)
 		return
 	}
+	if a.ID != uint64(p.recvsDone) {
+		w.failf("endpoint %c: recv %d completed before recv %d, posted earlier", 'A'+i, a.ID, p.recvsDone)
+		return
+	}
+	p.recvsDone++
 	r := &p.recvs[a.ID]
 	r.done = true
 	p.pending--
@@ -120,6 +178,15 @@ func (w *World) recvDone(i int, a dynproto.Action) {
 	if p.delivered > peer.sentBytes {
 		w.failf("endpoint %c: delivered %d bytes, only %d sent", 'A'+i, p.delivered, peer.sentBytes)
 	}
+	if p.recvWait[a.ID] && a.Len < len(r.data) {
+		// MSG_WAITALL: short only where the stream ends (its FIN in,
+		// nothing after this recv) or the connection went.
+		if !peer.closed && !(p.finIn && peer.shut && p.delivered == peer.sentBytes) {
+			w.failf("endpoint %c: MSG_WAITALL recv %d of %d bytes completed with %d before the end of the stream (%d of %d bytes delivered)",
+				'A'+i, a.ID, len(r.data), a.Len, p.delivered, peer.sentBytes)
+		}
+		w.seen |= SeenShortWaitAll
+	}
 }
 
 func (w *World) recvMessage(i int, r *recvBuf, a dynproto.Action) {
@@ -147,9 +214,12 @@ func (w *World) recvMessage(i int, r *recvBuf, a dynproto.Action) {
 	if n > len(r.data) {
 		if a.Err != syscall.EMSGSIZE {
 			w.failf("endpoint %c: recv %d of %d bytes got message %d of %d bytes with (%d, %v), want EMSGSIZE", 'A'+i, a.ID, len(r.data), m, n, a.Len, a.Err)
+			return
 		}
+		w.setVerdict(i, m, tooLong)
 		return
 	}
+	w.setVerdict(i, m, fits)
 	if a.Err != nil || a.Len != n {
 		w.failf("endpoint %c: recv %d got message %d of %d bytes with (%d, %v)", 'A'+i, a.ID, m, n, a.Len, a.Err)
 		return
@@ -191,6 +261,22 @@ func (w *World) checkPhases(i int) {
 			'A'+i, s.PS, ps, p.maxPS, s.PR, pr, p.maxPR)
 	}
 	p.maxPS, p.maxPR = max(p.maxPS, ps), max(p.maxPR, pr)
+}
+
+// wrapped reports whether frame f of endpoint i's carries a sequence
+// number or phase of a stream that has passed the wrap (smaller than the
+// stream's start though counted after it).
+func (w *World) wrapped(i int, f *dynproto.Frame) bool {
+	c := &w.cfg.Engine[i]
+	seq0, ph0 := c.InitialSeq, c.InitialPhase // this end's stream: transfers, FIN, PAUSE
+	switch f.Type {
+	case dynproto.FrameAdvert:
+		seq0, ph0 = c.PeerInitialSeq, c.PeerInitialPhase // the peer's stream
+	case dynproto.FrameDirect, dynproto.FrameIndirect, dynproto.FrameFin, dynproto.FramePause:
+	default:
+		return false
+	}
+	return f.Seq < seq0 && relSeq(f.Seq, seq0) > 0 || f.Phase < ph0 && relPhase(f.Phase, ph0) > 0
 }
 
 // CaughtUp reports whether endpoint i's receiver is caught up with its

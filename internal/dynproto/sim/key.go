@@ -25,6 +25,7 @@ func (w *World) Clone() *World {
 		q.recvWait = append([]bool(nil), p.recvWait...)
 		q.sendDone = append([]bool(nil), p.sendDone...)
 		q.sendErr = append([]error(nil), p.sendErr...)
+		q.verdict = append([]uint8(nil), p.verdict...)
 		q.pendingWrite = append([]write(nil), p.pendingWrite...) // write data is never mutated
 		q.recvs = make([]recvBuf, len(p.recvs))
 		for k, r := range p.recvs {
@@ -56,6 +57,8 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, p.unitsSent)
 		b = binary.AppendUvarint(b, uint64(p.writesEmitted))
 		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset), boolByte(p.finIn))
+		b = binary.AppendUvarint(b, uint64(len(p.verdict)))
+		b = append(b, p.verdict...)
 		for k, d := range p.sendDone {
 			b = append(b, boolByte(d))
 			b = binary.AppendUvarint(b, uint64(p.sendLens[k]))

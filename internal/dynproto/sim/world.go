@@ -32,10 +32,18 @@
 //     a recv that received a direct write;
 //   - an indirect write lands only on stream-buffer bytes that are free (not
 //     holding data not yet copied out, nor data still in flight);
-//   - phases never decrease at either end;
+//   - phases never decrease at either end (counted from the start of each
+//     stream with the simulation's own arithmetic);
 //   - every send completes once, with its full length (or, once the
 //     connection went, with ECANCELED at the end that closed and ECONNRESET
-//     at the other);
+//     at the other), sends and recvs in the order they were posted;
+//   - a MSG_WAITALL recv completes with its full length, but at the end of
+//     the stream or once the connection went;
+//   - a message send fails with EMSGSIZE if and only if its message was
+//     longer than the recv it met, and succeeds only once it met one;
+//   - each transfer's frame announces exactly the bytes its writes carry,
+//     from at most MaxGather sends on a stream, at most MaxIndirect bytes
+//     into the stream buffer;
 //   - the close rule: when a recv reports that the peer's stream ended
 //     (end of stream or ECONNRESET), every byte (message) of every send the
 //     peer completed has been delivered; ECONNRESET only after the peer
@@ -51,10 +59,44 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"syscall"
 
 	"github.com/exsgo/exs/dynproto"
 )
+
+// Events are things that happened in a world, for a checker to report
+// what its configurations reach: a bit is set once its event happened on
+// the way to the current state.
+type Events uint16
+
+// The events a World records.
+const (
+	SeenEmptySend      Events = 1 << iota // a send of no bytes was posted
+	SeenGather                            // a transfer gathered from several sends
+	SeenTooLong                           // a message was longer than its recv
+	SeenBatchedAck                        // one ACK reported several messages consumed
+	SeenBatchedTooLong                    // ... the last of them too long
+	SeenRepeatedPause                     // a sender paused a second time
+	SeenShortWaitAll                      // a MSG_WAITALL recv completed short at the end of the stream
+	SeenWrap                              // a frame carried a sequence number or phase past the wrap
+)
+
+var eventNames = [...]string{"empty-send", "gather", "too-long", "batched-ack", "batched-too-long", "repeated-pause", "short-waitall", "wrap"}
+
+// String lists the events, separated by commas.
+func (e Events) String() string {
+	var names []string
+	for k, n := range eventNames {
+		if e&(1<<k) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// Seen returns the events that happened on the way to this state.
+func (w *World) Seen() Events { return w.seen }
 
 // RecvOp is one recv in an application script.
 type RecvOp struct {
@@ -166,8 +208,16 @@ type endpoint struct {
 	// last transfer went in message mode), every write it emitted.
 	unitsSent     uint64
 	writesEmitted int
+	// The transfer being emitted: its writes so far (its frame follows
+	// them) and their bytes.
+	tWrites, tBytes int
+	// verdict[m] is what the peer's recv made of message m of this
+	// endpoint's (message mode): 0 not yet known, fits or tooLong.
+	verdict []uint8
+	pauses  int // PAUSE frames sent (coverage only)
 
 	nextSend     int
+	sendsDone    int   // sends completed (in post order)
 	sendLens     []int // length of each posted send
 	shut         bool
 	sendStarts   []uint64 // stream offset (stream) or message number of each send
@@ -180,6 +230,7 @@ type endpoint struct {
 
 	nextRecv  int
 	drains    int
+	recvsDone int       // recvs completed (in post order)
 	recvs     []recvBuf // by recv id
 	recvWait  []bool    // MSG_WAITALL of each posted recv
 	pending   int       // recvs posted and not complete
@@ -205,6 +256,7 @@ type World struct {
 	ch   [2][]message // ch[i]: frames travelling into endpoint i
 	acts []dynproto.Action
 	err  error
+	seen Events
 	// Trace, when non-nil, receives one line per action taken.
 	Trace func(string)
 }
@@ -376,6 +428,9 @@ func (w *World) Step(m Move) error {
 			p.sendStarts = append(p.sendStarts, p.sentBytes)
 		}
 		p.sentBytes += uint64(n)
+		if n == 0 {
+			w.seen |= SeenEmptySend
+		}
 		p.sendLens = append(p.sendLens, n)
 		p.sendDone = append(p.sendDone, false)
 		p.sendErr = append(p.sendErr, nil)
