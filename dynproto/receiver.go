@@ -246,7 +246,7 @@ func (e *Engine) onIndirect(f *Frame) error {
 		return fmt.Errorf("%w: indirect transfer in direct phase %d", ErrProtocol, f.Phase)
 	case f.Seq != e.arr:
 		return fmt.Errorf("%w: indirect transfer at sequence %d, expected %d", ErrProtocol, f.Seq, e.arr)
-	case int(f.RingOff) != e.rwpos:
+	case int(f.RingOff) != e.rwpos && !mut.NoRingOffCheck:
 		return fmt.Errorf("%w: indirect transfer at stream-buffer offset %d, expected %d", ErrProtocol, f.RingOff, e.rwpos)
 	case n > e.cfg.RecvBuffer-e.rwpos || e.br+e.unacked+n > e.cfg.RecvBuffer:
 		return fmt.Errorf("%w: indirect transfer of %d bytes overruns the stream buffer", ErrProtocol, n)

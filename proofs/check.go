@@ -92,11 +92,17 @@ var (
 	// next unit to deliver, or its P_A is older than the sender's P_S (or it
 	// would send none).
 	ErrEfficiency = errors.New("efficiency invariant violated")
+	// ErrForged: an endpoint whose peer is an adversary (Spec's forge)
+	// accepted a wrong frame the peer could have sent, or refused it
+	// otherwise than with a protocol error and nothing done.
+	ErrForged = errors.New("forged frame not refused")
 )
 
 // CheckState checks the properties that belong to a state rather than to a
-// step: liveness when no move is enabled, and the efficiency invariant at
-// both receivers. It returns an error wrapping ErrLiveness or ErrEfficiency.
+// step: liveness when no move is enabled, the efficiency invariant at both
+// receivers, and, where an endpoint is an adversary, that its peer refuses
+// every wrong frame it could send next. It returns an error wrapping
+// ErrLiveness, ErrEfficiency or ErrForged.
 //
 // The efficiency invariant: whenever a receiver is caught up, the ADVERT it
 // would send for its next recv is fresh: its S_A is the next unit to be
@@ -115,6 +121,9 @@ func CheckState(w *sim.World) error {
 		if err := w.CheckCaughtUp(i); err != nil {
 			return fmt.Errorf("%w: %v", ErrEfficiency, err)
 		}
+	}
+	if err := w.CheckForgeries(); err != nil {
+		return fmt.Errorf("%w: %v", ErrForged, err)
 	}
 	return nil
 }

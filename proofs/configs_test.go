@@ -69,6 +69,14 @@ var defaultConfigs = []config{
 	// Empty messages, direct and through the stream buffer.
 	{"end-direct-seqpacket-empty-close", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
 	{"end-indirect-seqpacket-empty-close", "mode=indirect-only type=seqpacket ring=1 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	// An adversary (forge): in every state, each wrong frame A could send
+	// in place of its next one (off by one in sequence, phase, offset or
+	// ADVERT number, a DIRECT into a stale or used ADVERT, an INDIRECT past
+	// the free space) must be refused by B with a protocol error.
+	{"forge-dyn-stream", "mode=dynamic type=stream ring=1 frames=1 a.forge a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"forge-dyn-seqpacket", "mode=dynamic type=seqpacket ring=1 frames=2 a.forge a.sends=2,1 a.shutdown b.recvs=1,2 b.drain=2"},
+	{"forge-indirect-stream", "mode=indirect-only type=stream ring=2 frames=2 a.forge a.sends=1,2,1 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"forge-direct-seqpacket", "mode=direct-only type=seqpacket ring=0 frames=2 a.forge a.sends=1,0,2 a.shutdown b.recvs=2,1 b.drain=2"},
 }
 
 // largeConfigs are the default set's larger configurations (about 1 s to
@@ -98,6 +106,10 @@ var largeConfigs = []config{
 	{"dyn-stream-maxind1", "mode=dynamic type=stream ring=3 frames=2 maxind=1 a.sends=2,1,3 a.shutdown b.recvs=1,3,2 b.drain=3"},
 	// The ending in both directions, either end closing at any point.
 	{"end-dyn-stream-twoway-close", "mode=dynamic type=stream ring=1 frames=1 a.sends=1 a.shutdown a.drain=1 a.close b.sends=1 b.shutdown b.drain=1 b.close"},
+	// Adversaries: three sends with a MSG_WAITALL recv; both ends forging
+	// in both directions.
+	{"forge-dyn-stream-waitall", "mode=dynamic type=stream ring=2 frames=2 a.forge a.sends=1,2,1 a.shutdown b.recvs=2w,1,2 b.drain=2"},
+	{"forge-dyn-stream-twoway", "mode=dynamic type=stream ring=1 frames=1 a.forge b.forge a.sends=1,1 a.drain=1 b.sends=1 b.recvs=1 b.drain=1"},
 }
 
 // deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,

@@ -73,6 +73,10 @@ type End struct {
 	// counts back from the wrap: seq=-2 is 2^64-2, phase=-2 is 2^32-2.
 	Seq   dynproto.Seq
 	Phase dynproto.Phase
+	// Forge (forge) makes the endpoint an adversary: in every state, each
+	// wrong frame it could send next must be refused by its peer
+	// (sim.World.CheckForgeries).
+	Forge bool
 }
 
 // SimConfig returns the simulation configuration the Spec stands for.
@@ -90,6 +94,7 @@ func (s *Spec) SimConfig() *sim.Config {
 			InitialSeq: e.Seq, InitialPhase: e.Phase,
 			PeerInitialSeq: peer.Seq, PeerInitialPhase: peer.Phase,
 		}
+		c.Forge[i] = e.Forge
 		sc := s.Scripts[i]
 		sc.Sends = slices.Clone(sc.Sends)
 		sc.Recvs = slices.Clone(sc.Recvs)
@@ -127,6 +132,11 @@ var endFields = []endField{
 		name: "noheld", flag: true,
 		get: func(e *End) string { return strconv.FormatBool(e.NoHeld) },
 		set: func(e *End, _ string) error { e.NoHeld = true; return nil },
+	},
+	{
+		name: "forge", flag: true,
+		get: func(e *End) string { return strconv.FormatBool(e.Forge) },
+		set: func(e *End, _ string) error { e.Forge = true; return nil },
 	},
 	{
 		name: "seq",

@@ -24,4 +24,5 @@ var All = []Mutant{
 	{"mut_advertpastsmall", "the receiver advertises the recvs after one shorter than AdvertMin, which waits unadvertised (departure 12)"},
 	{"mut_gonediscards", "when the connection goes, the receiver discards what its stream buffer holds, as a local abort does: bytes whose sends completed are lost"},
 	{"mut_goneeof", "when the connection goes without the peer's FIN, the receiver reports the end of the stream instead of ECONNRESET once its stream buffer is drained"},
+	{"mut_noringoffcheck", "the receiver does not check an indirect transfer's stream-buffer offset against where the next one must be written"},
 }

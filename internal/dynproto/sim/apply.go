@@ -194,6 +194,9 @@ func (w *World) applyFrame(i int, a dynproto.Action) {
 	if f.Type == dynproto.FrameAdvert {
 		f.RKey = uint32(a.ID) + 1 // the world's key for recv a.ID
 		f.Addr = 0
+		if w.cfg.Forge[1-i] {
+			p.adverts = append(p.adverts, sentAdvert{id: f.ID, phase: f.Phase, recv: a.ID})
+		}
 	}
 	if !peer.closed {
 		w.ch[1-i] = append(w.ch[1-i], message{frame: f, writes: p.pendingWrite})
@@ -243,6 +246,40 @@ func (w *World) applyDiscard(i int, a dynproto.Action) {
 		}
 		p.ringBusy[k] = false
 		p.busy--
+	}
+}
+
+// arrived accounts for frame msg (not a disconnect) arriving at endpoint i:
+// the units and stream-buffer bytes of its peer's stream it brings, its
+// FIN, and the ADVERTs of i's that an indirect transfer overtakes.
+func (w *World) arrived(i int, msg *message) {
+	p := &w.ep[i]
+	f := &msg.frame
+	switch f.Type {
+	case dynproto.FrameFin:
+		p.finIn = true
+	case dynproto.FrameDirect, dynproto.FrameIndirect:
+		if w.cfg.Engine[i].Type == dynproto.SeqPacket {
+			if f.Flags&dynproto.FlagEOM != 0 {
+				p.unitsIn++
+			}
+		} else {
+			for _, wr := range msg.writes {
+				p.unitsIn += uint64(len(wr.data))
+			}
+		}
+	}
+	for _, wr := range msg.writes {
+		if wr.kind == dynproto.WriteIndirect {
+			p.ringIn = (wr.ringOff + len(wr.data)) % len(p.ring)
+		}
+	}
+	if f.Type == dynproto.FrameIndirect {
+		for k := range p.adverts {
+			if a := &p.adverts[k]; !p.recvs[a.recv].done && !p.recvs[a.recv].directed {
+				a.overtaken = true
+			}
+		}
 	}
 }
 

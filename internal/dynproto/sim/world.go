@@ -130,6 +130,11 @@ type Script struct {
 type Config struct {
 	Engine  [2]dynproto.Config // per endpoint; must mirror each other
 	Scripts [2]Script
+	// Forge[i] makes endpoint i an adversary: in every state, each wrong
+	// frame it could send next (CheckForgeries) must be refused by its
+	// peer. Its engine is still the correct one: a forged frame is not a
+	// move, since its peer, refusing it, ends the connection.
+	Forge [2]bool
 }
 
 // MoveKind names a kind of step.
@@ -246,6 +251,24 @@ type endpoint struct {
 	// The highest phases seen of this endpoint's sender and receiver
 	// halves, counted from the start of their streams (relPhase).
 	maxPS, maxPR int64
+
+	// What arrived of the peer's stream: units (bytes, or messages whose
+	// last transfer arrived) and the stream-buffer offset the next indirect
+	// transfer writes at.
+	unitsIn uint64
+	ringIn  int
+	// The ADVERTs this endpoint sent, when its peer is an adversary.
+	adverts []sentAdvert
+}
+
+// sentAdvert is an ADVERT an endpoint sent: its number, phase and recv, and
+// whether an indirect transfer overtook it (arrived after it, before its
+// recv received a direct write), which makes it stale.
+type sentAdvert struct {
+	id        uint32
+	phase     dynproto.Phase
+	recv      uint64
+	overtaken bool
 }
 
 // World is two endpoints and the two channels between them. Not safe for
@@ -478,9 +501,7 @@ func (w *World) Step(m Move) error {
 		w.place(i, msg.writes)
 		w.ep[1-i].writesPlaced += len(msg.writes)
 		f := msg.frame
-		if f.Type == dynproto.FrameFin {
-			p.finIn = true
-		}
+		w.arrived(i, &msg)
 		acts, err = p.eng.OnFrame(acts, &f)
 		if err != nil {
 			w.failf("endpoint %c rejected %v: %v", 'A'+i, msg.frame, err)
