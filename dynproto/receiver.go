@@ -227,7 +227,10 @@ func (e *Engine) onDirect(out []Action, f *Frame) ([]Action, error) {
 // a recv advertised without WAITALL: its ADVERT counted 1, so S'_r += n - 1
 // (algorithm 3).
 func (e *Engine) correctEstimate(n int) {
-	if !mut.NoEstimateCorrection {
+	switch {
+	case mut.EstimateOver:
+		e.sest = e.sest.Add(uint64(n))
+	case !mut.NoEstimateCorrection:
 		e.sest = e.sest.Add(uint64(n - 1))
 	}
 }
@@ -375,8 +378,9 @@ func (e *Engine) copyMessages(out []Action) []Action {
 		if !eom {
 			continue
 		}
-		e.estimateCopied(r, 1)
-		e.sr++
+		u := e.messageUnits(r)
+		e.estimateCopied(r, u)
+		e.sr = e.sr.Add(uint64(u))
 		e.msgs++
 		var err error
 		if r.tooLong {
@@ -386,6 +390,15 @@ func (e *Engine) copyMessages(out []Action) []Action {
 		out = e.completeRecv(out, err)
 	}
 	return out
+}
+
+// messageUnits is the units a message copied out of the stream buffer into
+// recv r counts for in S_r and S'_r: one.
+func (e *Engine) messageUnits(r *recvReq) int {
+	if mut.MessageUnitsBytes {
+		return max(r.filled, 1)
+	}
+	return 1
 }
 
 // estimateCopied advances S'_r for n units copied out of the stream buffer

@@ -1,5 +1,7 @@
 package dynproto
 
+import "github.com/exsgo/exs/dynproto/internal/mut"
+
 // Seq is a sequence number in a connection's data stream. In stream mode
 // (SOCK_STREAM) it counts bytes; in message mode (SOCK_SEQPACKET) it counts
 // messages.
@@ -34,4 +36,9 @@ func (p Phase) IsDirect() bool { return p&1 == 1 }
 func (p Phase) Next() Phase { return p + 1 }
 
 // Before reports whether p comes before q.
-func (p Phase) Before(q Phase) bool { return int32(p-q) < 0 }
+func (p Phase) Before(q Phase) bool {
+	if mut.PlainPhaseCompare {
+		return p < q
+	}
+	return int32(p-q) < 0
+}
