@@ -1,6 +1,10 @@
 package dynproto
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/exsgo/exs/dynproto/internal/mut"
+)
 
 // frameCredits is frame flow control (departure 7). fc is the regular frame
 // credits this end holds, owed the regular buffers it has reposted and not
@@ -122,6 +126,16 @@ func (e *Engine) pumpAck(out []Action) []Action {
 	}
 }
 
+// blamed reports whether the k-th (from 0) of the n messages an ACK with
+// FlagTooLong reports consumed is the one that was too long: the last, since
+// the receiver ends an ACK at a too-long message (departure 6).
+func blamed(k, n int) bool {
+	if mut.TooLongFirst {
+		return k == 0
+	}
+	return k == n-1
+}
+
 // onAck takes in an ACK: byte credits back (b_s += the bytes freed,
 // algorithm 1's credits, departure 8); in message mode, the messages sent
 // through the stream buffer that the receiver consumed, whose sends may now
@@ -153,7 +167,7 @@ func (e *Engine) onAck(out []Action, f *Frame) ([]Action, error) {
 		}
 		s.awaitAck = false
 		left--
-		if left == 0 && f.Flags&FlagTooLong != 0 {
+		if f.Flags&FlagTooLong != 0 && blamed(int(f.Msgs)-left-1, int(f.Msgs)) {
 			s.err = errMsgSize
 			e.stats.MessagesTooLong++
 		}

@@ -59,7 +59,11 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{
 		cfg:          cfg,
 		frameCredits: frameCredits{fc: cfg.PeerFrames, slot: true},
-		sender:       sender{bs: cfg.PeerRecvBuffer},
+		sender:       sender{bs: cfg.PeerRecvBuffer, ss: cfg.InitialSeq, ps: cfg.InitialPhase},
+		receiver: receiver{
+			sr: cfg.PeerInitialSeq, sest: cfg.PeerInitialSeq, arr: cfg.PeerInitialSeq,
+			pr: cfg.PeerInitialPhase,
+		},
 	}, nil
 }
 
@@ -162,7 +166,7 @@ func (e *Engine) Abort(out []Action, err error) []Action {
 		r := e.recvs.Pop()
 		out = append(out, Action{Kind: RecvDone, ID: r.id, Len: r.filled, Err: err})
 	}
-	e.cur, e.adv, e.kb = 0, 0, 0
+	e.cur, e.adv = 0, 0
 	e.writes = fifo.Queue[uint64]{}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 // is registered with the module's internal hook package instead of being
 // exported.
 func init() {
-	hook.Register(hook.Ops[Engine]{Clone: (*Engine).clone, AppendKey: (*Engine).appendKey})
+	hook.Register(hook.Ops[Engine]{Clone: (*Engine).clone, AppendKey: (*Engine).appendKey, GrantFrames: (*Engine).grantFrames})
 	hook.Active = mut.Active
 	hook.Mutants = make([]hook.Mutant, len(mut.All))
 	for i, m := range mut.All {
@@ -34,6 +34,10 @@ func (e *Engine) clone() *Engine {
 	c.segs = e.segs.Clone()
 	return &c
 }
+
+// grantFrames gives the engine every frame credit the peer's buffers allow
+// (hook.Ops.GrantFrames): for a copy that the simulation probes.
+func (e *Engine) grantFrames() { e.fc = e.cfg.PeerFrames }
 
 // appendKey appends a canonical encoding of the engine's state to b: two
 // engines with the same configuration behave identically from now on if and
@@ -118,7 +122,6 @@ func (e *Engine) appendKey(b []byte) []byte {
 	u(uint64(e.arr))
 	i(e.br)
 	i(e.ka)
-	i(e.kb)
 	i(e.rpos)
 	i(e.rwpos)
 	i(e.segs.Len())

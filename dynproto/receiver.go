@@ -9,7 +9,7 @@ import (
 
 // recv states.
 const (
-	recvWaiting    uint8 = iota // not advertised (yet): counted in k_b
+	recvWaiting    uint8 = iota // not advertised (yet): k_b counts them
 	recvAdvertised              // an ADVERT was sent for it
 	recvPlain                   // never to be advertised (IndirectOnly mode, or after FIN)
 )
@@ -34,8 +34,10 @@ type segment struct {
 }
 
 // receiver is the receiver half's state: the recvs not yet complete, the
-// variables of algorithms 2-4 (P_r, S_r, S'_r, b_r, k_a, k_b) and the stream
-// buffer's bookkeeping.
+// variables of algorithms 2-4 (P_r, S_r, S'_r, b_r, k_a) and the stream
+// buffer's bookkeeping. The algorithms' k_b, the recvs waiting unadvertised,
+// is no variable of its own: the recvs in state recvWaiting are those, in
+// order, and pumpAdverts reads them there (departure 2); State counts them.
 type receiver struct {
 	recvs      fifo.Queue[recvReq]
 	adv        int   // index of the first recv not advertised
@@ -44,7 +46,7 @@ type receiver struct {
 	sest       Seq   // S'_r
 	arr        Seq   // next unit expected to arrive
 	br         int   // b_r: bytes in the stream buffer not yet copied out
-	ka, kb     int   // k_a: stale recvs to fill from the stream buffer; k_b: recvs waiting unadvertised
+	ka         int   // k_a: stale recvs to fill from the stream buffer
 	rpos       int   // next read offset in the stream buffer
 	rwpos      int   // next write offset expected from the peer
 	segs       fifo.Queue[segment]
@@ -73,8 +75,6 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting}
 	if e.cfg.Mode == IndirectOnly || e.fin || e.gone {
 		r.state = recvPlain
-	} else {
-		e.kb++
 	}
 	e.recvs.Push(r)
 	return e.Pump(out)
@@ -87,7 +87,7 @@ func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action
 // indirect one, send the ADVERT with P_A = P_r and S_A = S'_r, and advance
 // S'_r by the recv's length with MSG_WAITALL, by 1 otherwise.
 //
-// A recv posted during a hold-off waits, counted in k_b, and is advertised
+// A recv posted during a hold-off waits (k_b counts it), and is advertised
 // like a new recv once the hold-off ends, provided it has received nothing
 // from the stream buffer (departure 2). A later recv is never advertised
 // while an earlier one waits: the sender fills ADVERTs in order. In dynamic
@@ -125,7 +125,6 @@ func (e *Engine) pumpAdverts(out []Action) []Action {
 		r.advert = e.nextAdvert
 		r.phase = e.pr
 		e.nextAdvert++
-		e.kb--
 		f := Frame{Type: FrameAdvert, Phase: e.pr, Seq: e.sest, ID: r.advert, Len: uint32(r.n)}
 		if r.waitAll {
 			f.Flags |= FlagWaitAll
@@ -229,7 +228,10 @@ func (e *Engine) onDirect(out []Action, f *Frame) ([]Action, error) {
 // a recv advertised without WAITALL: its ADVERT counted 1, so S'_r += n - 1
 // (algorithm 3).
 func (e *Engine) correctEstimate(n int) {
-	if !mut.NoEstimateCorrection {
+	switch {
+	case mut.EstimateOver:
+		e.sest = e.sest.Add(uint64(n))
+	case !mut.NoEstimateCorrection:
 		e.sest = e.sest.Add(uint64(n - 1))
 	}
 }
@@ -248,7 +250,7 @@ func (e *Engine) onIndirect(f *Frame) error {
 		return fmt.Errorf("%w: indirect transfer in direct phase %d", ErrProtocol, f.Phase)
 	case f.Seq != e.arr:
 		return fmt.Errorf("%w: indirect transfer at sequence %d, expected %d", ErrProtocol, f.Seq, e.arr)
-	case int(f.RingOff) != e.rwpos:
+	case int(f.RingOff) != e.rwpos && !mut.NoRingOffCheck:
 		return fmt.Errorf("%w: indirect transfer at stream-buffer offset %d, expected %d", ErrProtocol, f.RingOff, e.rwpos)
 	case n > e.cfg.RecvBuffer-e.rwpos || e.br+e.unacked+n > e.cfg.RecvBuffer:
 		return fmt.Errorf("%w: indirect transfer of %d bytes overruns the stream buffer", ErrProtocol, n)
@@ -377,8 +379,9 @@ func (e *Engine) copyMessages(out []Action) []Action {
 		if !eom {
 			continue
 		}
-		e.estimateCopied(r, 1)
-		e.sr++
+		u := e.messageUnits(r)
+		e.estimateCopied(r, u)
+		e.sr = e.sr.Add(uint64(u))
 		e.msgs++
 		var err error
 		if r.tooLong {
@@ -388,6 +391,15 @@ func (e *Engine) copyMessages(out []Action) []Action {
 		out = e.completeRecv(out, err)
 	}
 	return out
+}
+
+// messageUnits is the units a message copied out of the stream buffer into
+// recv r counts for in S_r and S'_r: one.
+func (e *Engine) messageUnits(r *recvReq) int {
+	if mut.MessageUnitsBytes {
+		return max(r.filled, 1)
+	}
+	return 1
 }
 
 // estimateCopied advances S'_r for n units copied out of the stream buffer
@@ -432,11 +444,8 @@ func (e *Engine) consume(n int) {
 // completeRecv completes the head recv with its filled bytes.
 func (e *Engine) completeRecv(out []Action, err error) []Action {
 	r := e.recvs.Pop()
-	switch {
-	case r.stale:
+	if r.stale {
 		e.ka--
-	case r.state == recvWaiting:
-		e.kb--
 	}
 	if e.adv > 0 {
 		e.adv--
@@ -555,7 +564,6 @@ func (e *Engine) onFin(out []Action, f *Frame) ([]Action, error) {
 			r.state = recvPlain
 		}
 	}
-	e.kb = 0
 	return e.finishAtEOF(out), nil
 }
 
@@ -607,7 +615,6 @@ func (e *Engine) PeerGone(out []Action, err error) []Action {
 			r.state = recvPlain
 		}
 	}
-	e.kb = 0
 	if e.cfg.Type == SeqPacket {
 		// The segments after the last whole message will never be
 		// completed by the rest of their message.

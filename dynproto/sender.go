@@ -70,7 +70,7 @@ func (e *Engine) QueueSend(out []Action, id uint64, n int) []Action {
 	}
 	s := sendReq{id: id, no: e.nextNo, n: n}
 	e.nextNo++
-	if n == 0 && e.cfg.Type == Stream {
+	if n == 0 && e.cfg.Type == Stream && !mut.EmptySendQueued {
 		s.all = true // nothing to transfer
 	}
 	e.sends.Push(s)
@@ -394,14 +394,23 @@ func (e *Engine) indirect(out []Action) []Action {
 func (e *Engine) indirectRoom() int {
 	room := e.bs
 	if !mut.RingOverrun {
-		room = min(room, e.cfg.PeerRecvBuffer-e.wpos)
+		room = min(room, e.peerRing()-e.wpos)
 	} else {
-		room = e.cfg.PeerRecvBuffer - e.wpos
+		room = e.peerRing() - e.wpos
 	}
 	if e.cfg.MaxIndirect > 0 {
 		room = min(room, e.cfg.MaxIndirect)
 	}
 	return room
+}
+
+// peerRing is the size of the peer's stream buffer, into which this end
+// writes.
+func (e *Engine) peerRing() int {
+	if mut.OwnRing {
+		return e.cfg.RecvBuffer
+	}
+	return e.cfg.PeerRecvBuffer
 }
 
 // gather emits writes of up to room bytes taken from the queued sends

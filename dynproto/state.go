@@ -21,7 +21,7 @@ type State struct {
 	SEst     Seq   // S'_r
 	BR       int   // b_r
 	KA       int   // k_a
-	KB       int   // k_b
+	KB       int   // k_b: recvs waiting unadvertised (counted, not kept)
 	Recvs    int   // recvs not yet complete
 	PausedAt bool  // a PAUSE arrived and is not yet answered
 
@@ -37,7 +37,19 @@ type State struct {
 func (e *Engine) State() State {
 	return State{
 		PS: e.ps, SS: e.ss, BS: e.bs, Adverts: e.adverts.Len(), Sends: e.sends.Len(), Writes: e.writes.Len(), Held: e.held, Paused: e.paused,
-		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.kb, Recvs: e.recvs.Len(), PausedAt: e.pausedAt,
+		PR: e.pr, SR: e.sr, SEst: e.sest, BR: e.br, KA: e.ka, KB: e.waiting(), Recvs: e.recvs.Len(), PausedAt: e.pausedAt,
 		FrameCredits: e.fc, Owed: e.owed, FinSent: e.finSent, FinReceived: e.fin, Dead: e.dead, Gone: e.gone,
 	}
+}
+
+// waiting counts the recvs waiting unadvertised (k_b): the engine keeps no
+// count of its own, since pumpAdverts reads the recvs themselves.
+func (e *Engine) waiting() int {
+	n := 0
+	for i := e.adv; i < e.recvs.Len(); i++ {
+		if e.recvs.At(i).state == recvWaiting {
+			n++
+		}
+	}
+	return n
 }

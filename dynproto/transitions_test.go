@@ -23,6 +23,9 @@ import (
 //	| S indirect, fresh ADVERT      | send                           | P_S = P_A, write directly, DIRECT               |
 //	| S indirect, stale by S_A      | send                           | drop it, P_S = NEXT_PHASE(P_A), indirect        |
 //	| S indirect, stale by P_A      | send                           | drop it, P_S unchanged                          |
+//	| S, R just below the wrap      | stale ADVERT, send             | dropped, P_S jumps across the wrap to 0         |
+//	| S, R just below the wrap      | fresh ADVERT, send             | direct at S 2^64-2 in phase 2^32-1              |
+//	| S direct in phase 2^32-1      | send                           | next phase 0, indirect                          |
 //	| S direct, S_A < S_S           | send                           | still direct (no staleness in a direct phase)   |
 //	| S no byte credits             | send                           | nothing (stall)                                 |
 //	| S stalled                     | ACK                            | the waiting bytes go                            |
@@ -112,6 +115,12 @@ func TestTransitions(t *testing.T) {
 			{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameIndirect, Phase: ph, Seq: seq, Len: uint32(n), RingOff: uint32(ring)}},
 		}
 	}
+	// nearWrap starts both streams two units and two phases below the
+	// wrap of Seq and Phase.
+	nearWrap := func(c *dynproto.Config) {
+		c.InitialSeq, c.PeerInitialSeq = 1<<64-2, 1<<64-2
+		c.InitialPhase, c.PeerInitialPhase = 1<<32-2, 1<<32-2
+	}
 	rows := []row{
 		{
 			name: "S indirect, no ADVERT, room: indirect write",
@@ -160,6 +169,43 @@ func TestTransitions(t *testing.T) {
 				return p.sOut
 			},
 			want: indirect(2, 0, 1, 3, 2, 4),
+		},
+		{
+			name: "S and R start just below the wrap, ADVERT stale by sequence: dropped, P_S = NEXT_PHASE(P_A) = 0",
+			cfg:  nearWrap,
+			setup: func(p *pair) {
+				p.recv(7, 10, false) // ADVERT{P 2^32-1, S 2^64-2}, delayed
+				p.send(1, 3)         // overtakes it indirectly: S_S wraps to 1
+			},
+			do: func(p *pair) []dynproto.Action {
+				p.deliverCtlFrames(1)
+				p.send(2, 1)
+				return p.sOut
+			},
+			want: indirect(2, 0, 1, 3, 0, 1),
+		},
+		{
+			name:  "S and R start just below the wrap, fresh ADVERT: P_S = P_A = 2^32-1, direct write at 2^64-2",
+			cfg:   nearWrap,
+			setup: func(p *pair) { p.recv(7, 10, false); p.deliverCtlFrames(1) },
+			do:    send(1, 5),
+			want: []dynproto.Action{
+				{Kind: dynproto.WriteDirect, ID: 1, Len: 5, RKey: 107},
+				{Kind: dynproto.SendFrame, Frame: dynproto.Frame{Type: dynproto.FrameDirect, Phase: 1<<32 - 1, Seq: 1<<64 - 2, Len: 5}},
+			},
+			after: &phases{PS: 1<<32 - 1, SS: 3, PR: 1<<32 - 1, SR: 1<<64 - 2, SEst: 1<<64 - 1},
+		},
+		{
+			name: "S direct in phase 2^32-1, no ADVERT: next phase 0, indirect",
+			cfg:  nearWrap,
+			setup: func(p *pair) {
+				p.recv(100, 8, false)
+				settle(p)
+				p.send(100, 1)
+				settle(p)
+			},
+			do:   send(1, 5),
+			want: indirect(1, 0, 5, 0, 0, 1<<64-1),
 		},
 		{
 			name: "S direct, S_A < S_S: used (no staleness check in a direct phase)",

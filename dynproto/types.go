@@ -111,6 +111,21 @@ type Config struct {
 	// recvs after it, are filled from the stream buffer, where small
 	// transfers are gathered. Zero advertises every recv, as in the slides.
 	AdvertMin int
+
+	// InitialSeq and InitialPhase are where this end's outgoing stream
+	// starts: the sequence number of its first unit and its first phase,
+	// which must be even (a stream starts in an indirect phase).
+	// PeerInitialSeq and PeerInitialPhase are the peer's InitialSeq and
+	// InitialPhase: where the incoming stream starts. Like the stream
+	// buffer sizes, they come with the peer's connection parameters; ends
+	// that do not agree on them fail with ErrProtocol at the first frame
+	// that names a sequence number. Zero, the default, starts both streams
+	// at sequence 0 in phase 0; a start just below the wrap of Seq or Phase
+	// lets a test take the serial-number comparisons across it.
+	InitialSeq       Seq
+	InitialPhase     Phase
+	PeerInitialSeq   Seq
+	PeerInitialPhase Phase
 }
 
 func (c *Config) check() error {
@@ -135,6 +150,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: indirect transfer maximum %d", ErrConfig, c.MaxIndirect)
 	case c.AdvertMin < 0:
 		return fmt.Errorf("%w: advert minimum %d", ErrConfig, c.AdvertMin)
+	case c.InitialPhase.IsDirect() || c.PeerInitialPhase.IsDirect():
+		return fmt.Errorf("%w: initial phases %d and %d (a stream starts in an indirect phase)", ErrConfig, c.InitialPhase, c.PeerInitialPhase)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/exsgo/exs/dynproto"
 	"github.com/exsgo/exs/internal/dynproto/sim"
 )
 
@@ -42,13 +41,16 @@ type Result struct {
 	// CaughtUp[i] counts the distinct states in which endpoint i's receiver
 	// is caught up, where the efficiency invariant has something to say.
 	CaughtUp [2]int
-	MaxPhase dynproto.Phase // highest phase any engine reached
+	MaxPhase int64 // highest phase any engine reached, counted from the start of its stream
 	// DirectAgain[i] reports that some reachable state has endpoint i's
 	// sender in a direct phase after an indirect one other than the first
 	// (P_S direct and at least 3): the protocol returned to direct
 	// transfers after falling back to the stream buffer.
 	DirectAgain [2]bool
-	Elapsed     time.Duration
+	// Seen is every event (sim.Events) some explored path went through:
+	// what the configuration reaches.
+	Seen    sim.Events
+	Elapsed time.Duration
 	// Violation is the first property violation found, with a shortest
 	// trace leading to it (see Violation); nil if every reachable state and
 	// step satisfies every property and the state graph has no cycle.
@@ -86,20 +88,29 @@ var (
 	ErrLiveness = errors.New("liveness violated")
 	// ErrEfficiency: a receiver that is caught up (stream buffer empty, no
 	// recv pending, everything sent delivered, the stream not ended) would
-	// send an ADVERT that the sender must judge stale: S'_r != S_r, or the
-	// phase it would advertise in is older than the sender's P_S.
+	// send an ADVERT that the sender must judge stale: its S_A is not the
+	// next unit to deliver, or its P_A is older than the sender's P_S (or it
+	// would send none).
 	ErrEfficiency = errors.New("efficiency invariant violated")
+	// ErrForged: an endpoint whose peer is an adversary (Spec's forge)
+	// accepted a wrong frame the peer could have sent, or refused it
+	// otherwise than with a protocol error and nothing done.
+	ErrForged = errors.New("forged frame not refused")
 )
 
 // CheckState checks the properties that belong to a state rather than to a
-// step: liveness when no move is enabled, and the efficiency invariant at
-// both receivers. It returns an error wrapping ErrLiveness or ErrEfficiency.
+// step: liveness when no move is enabled, the efficiency invariant at both
+// receivers, and, where an endpoint is an adversary, that its peer refuses
+// every wrong frame it could send next. It returns an error wrapping
+// ErrLiveness, ErrEfficiency or ErrForged.
 //
 // The efficiency invariant: whenever a receiver is caught up, the ADVERT it
-// would send for its next recv is fresh, S_A = S'_r = S_r = S_S and P_A >= P_S,
-// so that the sender will use it. Without it the protocol stays safe but may
-// never go direct again after an indirect phase, which no safety property can
-// see.
+// would send for its next recv is fresh: its S_A is the next unit to be
+// delivered and its P_A is not before the sender's P_S, so that the sender
+// will use it. Without it the protocol stays safe but may never go direct
+// again after an indirect phase (or, with the held-recv hint, deadlock),
+// which no safety property can see. The simulation judges both without the
+// receiver's own bookkeeping (sim.World.CheckCaughtUp).
 func CheckState(w *sim.World) error {
 	if w.Quiescent() {
 		if err := w.Finished(); err != nil {
@@ -107,40 +118,14 @@ func CheckState(w *sim.World) error {
 		}
 	}
 	for i := range 2 {
-		r := w.Engine(i).State()
-		s := w.Engine(1 - i).State()
-		if !caughtUp(&s, &r) {
-			continue
+		if err := w.CheckCaughtUp(i); err != nil {
+			return fmt.Errorf("%w: %v", ErrEfficiency, err)
 		}
-		if r.SEst != r.SR {
-			return fmt.Errorf("%w: endpoint %c is caught up at S_r=%d but S'_r=%d: its next ADVERT would carry S_A=%d != S_S=%d",
-				ErrEfficiency, 'A'+i, r.SR, r.SEst, r.SEst, s.SS)
-		}
-		if pa := advertPhase(r.PR); pa.Before(s.PS) {
-			return fmt.Errorf("%w: endpoint %c is caught up in phase P_r=%d: its next ADVERT would carry P_A=%d < P_S=%d",
-				ErrEfficiency, 'A'+i, r.PR, pa, s.PS)
-		}
+	}
+	if err := w.CheckForgeries(); err != nil {
+		return fmt.Errorf("%w: %v", ErrForged, err)
 	}
 	return nil
-}
-
-// advertPhase is the phase of the next ADVERT of a receiver in phase p.
-func advertPhase(p dynproto.Phase) dynproto.Phase {
-	if p.IsDirect() {
-		return p
-	}
-	return p.Next()
-}
-
-// caughtUp reports whether receiver r is caught up with sender s: no data is
-// in flight (every write of the sender has completed, which happens only
-// after the frame announcing it was delivered), every unit sent has been
-// delivered, none waits in the stream buffer, no recv is pending, and the
-// stream has not ended (after the end, no ADVERT follows), and the
-// connection has not gone at either end (no ADVERT follows then either).
-func caughtUp(s, r *dynproto.State) bool {
-	return s.Writes == 0 && s.SS == r.SR && r.BR == 0 && r.Recvs == 0 && !r.FinReceived &&
-		!r.Dead && !r.Gone && !s.Dead && !s.Gone
 }
 
 // node is a state waiting to be expanded.
@@ -367,12 +352,14 @@ func (g *graph) cycle(n int) (uint32, []sim.Move) {
 	return 0, nil
 }
 
-// observe records what a new state shows about phases.
+// observe records what a new state shows about phases, counted from the
+// start of each stream.
 func observe(res *Result, w *sim.World) {
+	res.Seen |= w.Seen()
 	for i := range 2 {
-		s := w.Engine(i).State()
-		res.MaxPhase = max(res.MaxPhase, s.PS, s.PR)
-		if s.PS.IsDirect() && s.PS >= 3 {
+		ps, pr := w.RelPhases(i)
+		res.MaxPhase = max(res.MaxPhase, ps, pr)
+		if ps%2 == 1 && ps >= 3 {
 			res.DirectAgain[i] = true
 		}
 	}
@@ -470,9 +457,7 @@ func expand(ctx context.Context, frontier []node, visited map[string]uint32, wor
 
 func caughtUpAt(w *sim.World) (c [2]bool) {
 	for i := range 2 {
-		r := w.Engine(i).State()
-		s := w.Engine(1 - i).State()
-		c[i] = caughtUp(&s, &r)
+		c[i] = w.CaughtUp(i)
 	}
 	return c
 }

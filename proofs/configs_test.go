@@ -69,6 +69,32 @@ var defaultConfigs = []config{
 	// Empty messages, direct and through the stream buffer.
 	{"end-direct-seqpacket-empty-close", "mode=direct-only type=seqpacket ring=0 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
 	{"end-indirect-seqpacket-empty-close", "mode=indirect-only type=seqpacket ring=1 frames=2 a.sends=0,1,0 a.shutdown a.close b.recvs=1 b.drain=2"},
+	// Streams that start just below the wrap (seq=-2 is 2^64-2, phase=-2
+	// is 2^32-2): sequence numbers and phases cross it, and only serial
+	// arithmetic keeps them in order.
+	{"wrap-dyn-stream", "mode=dynamic type=stream ring=1 frames=1 seq=-2 phase=-2 a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"wrap-dyn-seqpacket", "mode=dynamic type=seqpacket ring=1 frames=2 seq=-1 phase=-2 a.sends=2,1 a.shutdown b.recvs=1,2 b.drain=2"},
+	// Ends configured differently: A's stream buffer larger than B's, into
+	// which A writes, different frame counts and ACK thresholds.
+	{"ends-dyn-stream", "mode=dynamic type=stream a.ring=3 b.ring=2 a.frames=1 b.frames=2 a.ack=3 b.ack=1 a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"ends-indirect-stream", "mode=indirect-only type=stream a.ring=3 b.ring=2 a.frames=1 b.frames=2 b.ack=1 a.sends=1,2,1 a.shutdown b.recvs=2,1 b.drain=2"},
+	// Several messages consumed before an ACK (ack=3), the last of them
+	// possibly too long: the ACK must fail exactly that one's send.
+	{"indirect-seqpacket-batched", "mode=indirect-only type=seqpacket ring=3 frames=2 ack=3 a.sends=1,1,2 a.shutdown b.recvs=1,1,1 b.drain=2"},
+	// Indirect only through a 1-unit stream buffer: every transfer carries
+	// one unit, messages go in segments.
+	{"indirect-stream-ring1", "mode=indirect-only type=stream ring=1 frames=1 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"indirect-seqpacket-ring1", "mode=indirect-only type=seqpacket ring=1 frames=1 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// Zero-length sends on a stream, before, between and after others.
+	{"dyn-stream-empty", "mode=dynamic type=stream ring=1 frames=1 a.sends=0,1,0,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	// An adversary (forge): in every state, each wrong frame A could send
+	// in place of its next one (off by one in sequence, phase, offset or
+	// ADVERT number, a DIRECT into a stale or used ADVERT, an INDIRECT past
+	// the free space) must be refused by B with a protocol error.
+	{"forge-dyn-stream", "mode=dynamic type=stream ring=1 frames=1 a.forge a.sends=1,2 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"forge-dyn-seqpacket", "mode=dynamic type=seqpacket ring=1 frames=2 a.forge a.sends=2,1 a.shutdown b.recvs=1,2 b.drain=2"},
+	{"forge-indirect-stream", "mode=indirect-only type=stream ring=2 frames=2 a.forge a.sends=1,2,1 a.shutdown b.recvs=2,1 b.drain=2"},
+	{"forge-direct-seqpacket", "mode=direct-only type=seqpacket ring=0 frames=2 a.forge a.sends=1,0,2 a.shutdown b.recvs=2,1 b.drain=2"},
 }
 
 // largeConfigs are the default set's larger configurations (about 1 s to
@@ -98,6 +124,21 @@ var largeConfigs = []config{
 	{"dyn-stream-maxind1", "mode=dynamic type=stream ring=3 frames=2 maxind=1 a.sends=2,1,3 a.shutdown b.recvs=1,3,2 b.drain=3"},
 	// The ending in both directions, either end closing at any point.
 	{"end-dyn-stream-twoway-close", "mode=dynamic type=stream ring=1 frames=1 a.sends=1 a.shutdown a.drain=1 a.close b.sends=1 b.shutdown b.drain=1 b.close"},
+	// The wrap with three sends and larger buffers; ends configured
+	// differently with three sends; HintMin above 1; no FlagHeld hint from
+	// B (noheld); batched ACKs with direct transfers too.
+	{"wrap-dyn-stream-3", "mode=dynamic type=stream ring=2 frames=2 seq=-2 phase=-4 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"ends-dyn-stream-3", "mode=dynamic type=stream a.ring=3 b.ring=2 a.frames=1 b.frames=2 a.ack=3 b.ack=1 a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"dyn-stream-hintmin2", "mode=dynamic type=stream ring=3 frames=2 hintmin=2 a.sends=1,3,1 a.shutdown b.recvs=1,3,1 b.drain=3"},
+	{"dyn-stream-noheld", "mode=dynamic type=stream ring=2 frames=2 b.noheld a.sends=1,2,1 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	// Four sends, the second and fourth of length 1 or 2 as posted: the
+	// sender pauses for FlagHeld again after a RESUME.
+	{"dyn-stream-4sends-pauses", "mode=dynamic type=stream ring=1 frames=1 a.sends=1,*,1,* a.choose=1,2 a.shutdown b.recvs=2,1,2 b.drain=3"},
+	{"dyn-seqpacket-batched", "mode=dynamic type=seqpacket ring=3 frames=2 ack=3 a.sends=1,1,2 a.shutdown b.recvs=1,1,1 b.drain=2"},
+	// Adversaries: three sends with a MSG_WAITALL recv; both ends forging
+	// in both directions.
+	{"forge-dyn-stream-waitall", "mode=dynamic type=stream ring=2 frames=2 a.forge a.sends=1,2,1 a.shutdown b.recvs=2w,1,2 b.drain=2"},
+	{"forge-dyn-stream-twoway", "mode=dynamic type=stream ring=1 frames=1 a.forge b.forge a.sends=1,1 a.drain=1 b.sends=1 b.recvs=1 b.drain=1"},
 }
 
 // deepConfigs are added with EXS_PROOFS_DEEP=1: both directions loaded,

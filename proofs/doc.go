@@ -13,7 +13,14 @@
 //   - liveness: in every state with no move enabled, every send has
 //     completed and every unit sent has been delivered; and the state graph
 //     has no cycle, so that every execution reaches such a state;
-//   - the efficiency invariant: a receiver that is caught up has S'_r = S_r.
+//   - the efficiency invariant: a receiver that is caught up would advertise
+//     its next recv at the next unit to deliver, in a phase not before the
+//     sender's.
+//
+// What is checked is computed from the simulation (the units actually sent
+// and delivered, the phases counted from the start of each stream with the
+// simulation's own arithmetic), not from the bookkeeping of the engines
+// being checked.
 //
 // Because the search is breadth first, the first violation found comes with
 // a shortest trace. Traces have a text form (Trace) and are replayed with

@@ -88,8 +88,8 @@ func TestExhaustive(t *testing.T) {
 			spec := mustSpec(t, c)
 			res, err := Check(checkContext(t), spec, Options{MaxStates: maxStates})
 			rows = append(rows, summary{c.name, res})
-			t.Logf("%v\nstates %d, transitions %d, max depth %d, quiescent %d, caught up %v, max phase %d, direct again %v, %v",
-				spec, res.States, res.Transitions, res.MaxDepth, res.Quiescent, res.CaughtUp, res.MaxPhase, res.DirectAgain, res.Elapsed)
+			t.Logf("%v\nstates %d, transitions %d, max depth %d, quiescent %d, caught up %v, max phase %d, direct again %v, reached %v, %v",
+				spec, res.States, res.Transitions, res.MaxDepth, res.Quiescent, res.CaughtUp, res.MaxPhase, res.DirectAgain, res.Seen, res.Elapsed)
 			if err != nil {
 				t.Fatal(err)
 			}

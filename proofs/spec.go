@@ -15,10 +15,10 @@ import (
 // Test for it with errors.Is.
 var ErrSpec = errors.New("malformed model-checking configuration")
 
-// Spec is one bounded configuration to check: the engine settings, shared by
-// both endpoints, and what each endpoint's application does. Endpoint A is
-// Scripts[0], endpoint B is Scripts[1]. The zero value is not a valid Spec:
-// Mode and Type are required.
+// Spec is one bounded configuration to check: the engine settings of each
+// endpoint and what each endpoint's application does. Endpoint A is Ends[0]
+// and Scripts[0], endpoint B is Ends[1] and Scripts[1]. The zero value is
+// not a valid Spec: Mode and Type are required.
 //
 // A Spec has a one-line text form (String, ParseSpec), for example
 //
@@ -31,42 +31,70 @@ var ErrSpec = errors.New("malformed model-checking configuration")
 //
 //	mode=dynamic type=stream ring=2 frames=2 a.sends=*,*,* a.choose=1,2,3 a.shutdown b.recvs=*,* b.rchoose=1,2w b.drain=3
 //
-// and the checker explores every choice. Fields that are zero or empty are
+// and the checker explores every choice. An engine setting without a
+// prefix (ring=2) applies to both endpoints; with one (b.ring=3) to that
+// endpoint only, whatever the order. Settings that are zero or empty are
 // left out.
 //
 // A Spec is a plain value; Check and Replay only read it.
 type Spec struct {
 	Mode dynproto.Mode
 	Type dynproto.SockType
-	// Ring is the size of each endpoint's stream buffer, in units (bytes on
-	// a stream); 0 is allowed only in direct-only mode.
-	Ring int
-	// Frames is the number of frame receive buffers each endpoint keeps
-	// posted for regular frames (the peer's frame credits).
-	Frames int
-	// Ack is the engines' AckThreshold (0: half the stream buffer).
-	Ack int
-	// Gather is the engines' MaxGather (0: the engine's default).
-	Gather int
-	// MaxInd is the engines' MaxIndirect (0: no limit).
-	MaxInd int
-	// AdvMin is the engines' AdvertMin (0: every recv is advertised).
-	AdvMin int
+	// Ends are the engine settings of endpoints A and B.
+	Ends [2]End
 	// Scripts are the applications of endpoints A and B.
 	Scripts [2]sim.Script
+}
+
+// End is one endpoint's engine settings, in units (bytes on a stream,
+// message bytes in seqpacket mode), with their text names.
+type End struct {
+	// Ring (ring) is the size of the endpoint's stream buffer, into which
+	// its peer writes; 0 is allowed only in direct-only mode.
+	Ring int
+	// Frames (frames) is the number of frame receive buffers the endpoint
+	// keeps posted for regular frames (its peer's frame credits).
+	Frames int
+	// Ack (ack) is its AckThreshold (0: half its stream buffer).
+	Ack int
+	// Gather (gather) is its MaxGather (0: the engine's default).
+	Gather int
+	// MaxInd (maxind) is its MaxIndirect (0: no limit).
+	MaxInd int
+	// AdvMin (advmin) is its AdvertMin (0: every recv is advertised).
+	AdvMin int
+	// HintMin (hintmin) is its HintMin (0: a 32nd of the stream buffer,
+	// at least 1: 1 for every ring here).
+	HintMin int
+	// NoHeld (noheld) is its NoHeldHint.
+	NoHeld bool
+	// Seq (seq) and Phase (phase) are where its outgoing stream starts
+	// (InitialSeq, InitialPhase); in the text form a negative number
+	// counts back from the wrap: seq=-2 is 2^64-2, phase=-2 is 2^32-2.
+	Seq   dynproto.Seq
+	Phase dynproto.Phase
+	// Forge (forge) makes the endpoint an adversary: in every state, each
+	// wrong frame it could send next must be refused by its peer
+	// (sim.World.CheckForgeries).
+	Forge bool
 }
 
 // SimConfig returns the simulation configuration the Spec stands for.
 func (s *Spec) SimConfig() *sim.Config {
 	var c sim.Config
 	for i := range 2 {
+		e, peer := &s.Ends[i], &s.Ends[1-i]
 		c.Engine[i] = dynproto.Config{
 			Mode: s.Mode, Type: s.Type,
-			RecvBuffer: s.Ring, PeerRecvBuffer: s.Ring,
-			Frames: s.Frames, PeerFrames: s.Frames,
-			AckThreshold: s.Ack, MaxGather: s.Gather,
-			MaxIndirect: s.MaxInd, AdvertMin: s.AdvMin,
+			RecvBuffer: e.Ring, PeerRecvBuffer: peer.Ring,
+			Frames: e.Frames, PeerFrames: peer.Frames,
+			AckThreshold: e.Ack, MaxGather: e.Gather,
+			MaxIndirect: e.MaxInd, AdvertMin: e.AdvMin,
+			HintMin: e.HintMin, NoHeldHint: e.NoHeld,
+			InitialSeq: e.Seq, InitialPhase: e.Phase,
+			PeerInitialSeq: peer.Seq, PeerInitialPhase: peer.Phase,
 		}
+		c.Forge[i] = e.Forge
 		sc := s.Scripts[i]
 		sc.Sends = slices.Clone(sc.Sends)
 		sc.Recvs = slices.Clone(sc.Recvs)
@@ -75,21 +103,121 @@ func (s *Spec) SimConfig() *sim.Config {
 	return &c
 }
 
+// endField is an engine setting of End in the text form.
+type endField struct {
+	name   string
+	always bool // written even when zero
+	flag   bool // a flag: no value
+	get    func(e *End) string
+	set    func(e *End, val string) error
+}
+
+func countField(name string, always bool, f func(e *End) *int) endField {
+	return endField{
+		name: name, always: always,
+		get: func(e *End) string { return strconv.Itoa(*f(e)) },
+		set: func(e *End, val string) (err error) { *f(e), err = parseCount(val); return err },
+	}
+}
+
+var endFields = []endField{
+	countField("ring", true, func(e *End) *int { return &e.Ring }),
+	countField("frames", true, func(e *End) *int { return &e.Frames }),
+	countField("ack", false, func(e *End) *int { return &e.Ack }),
+	countField("gather", false, func(e *End) *int { return &e.Gather }),
+	countField("maxind", false, func(e *End) *int { return &e.MaxInd }),
+	countField("advmin", false, func(e *End) *int { return &e.AdvMin }),
+	countField("hintmin", false, func(e *End) *int { return &e.HintMin }),
+	{
+		name: "noheld", flag: true,
+		get: func(e *End) string { return strconv.FormatBool(e.NoHeld) },
+		set: func(e *End, _ string) error { e.NoHeld = true; return nil },
+	},
+	{
+		name: "forge", flag: true,
+		get: func(e *End) string { return strconv.FormatBool(e.Forge) },
+		set: func(e *End, _ string) error { e.Forge = true; return nil },
+	},
+	{
+		name: "seq",
+		get:  func(e *End) string { return formatSerial(uint64(e.Seq), 64) },
+		set: func(e *End, val string) error {
+			v, err := parseSerial(val, 64)
+			e.Seq = dynproto.Seq(v)
+			return err
+		},
+	},
+	{
+		name: "phase",
+		get:  func(e *End) string { return formatSerial(uint64(e.Phase), 32) },
+		set: func(e *End, val string) error {
+			v, err := parseSerial(val, 32)
+			e.Phase = dynproto.Phase(v)
+			return err
+		},
+	},
+}
+
+// isZero reports whether the field's value in e is its zero value.
+func (f *endField) isZero(e *End) bool {
+	var zero End
+	return f.get(e) == f.get(&zero)
+}
+
+// write writes the field for both ends (once, without a prefix, if they
+// agree).
+func (f *endField) write(b *strings.Builder, ends *[2]End) {
+	a, bv := f.get(&ends[0]), f.get(&ends[1])
+	if a == bv {
+		if f.always || !f.isZero(&ends[0]) {
+			b.WriteString(" " + f.text("", a))
+		}
+		return
+	}
+	for i := range ends {
+		if f.always || !f.isZero(&ends[i]) {
+			b.WriteString(" " + f.text(string(rune('a'+i))+".", f.get(&ends[i])))
+		}
+	}
+}
+
+func (f *endField) text(prefix, val string) string {
+	if f.flag {
+		return prefix + f.name
+	}
+	return prefix + f.name + "=" + val
+}
+
+// formatSerial writes a serial number of the given width, counting back
+// from the wrap (as a negative number) in its upper half.
+func formatSerial(v uint64, bits uint) string {
+	mask := ^uint64(0) >> (64 - bits)
+	if v >= 1<<(bits-1) {
+		return "-" + strconv.FormatUint(mask-v+1, 10)
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// parseSerial reads what formatSerial writes, and nothing else.
+func parseSerial(val string, bits uint) (uint64, error) {
+	mask := ^uint64(0) >> (64 - bits)
+	n, err := strconv.ParseUint(strings.TrimPrefix(val, "-"), 10, 64)
+	v := n
+	if strings.HasPrefix(val, "-") {
+		v = -n & mask
+	}
+	if err != nil || n > mask || formatSerial(v, bits) != val {
+		return 0, fmt.Errorf("%w: serial number %q", ErrSpec, val)
+	}
+	return v, nil
+}
+
 // String returns the Spec's one-line text form, which ParseSpec reads back.
 func (s Spec) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mode=%v type=%v ring=%d frames=%d", s.Mode, s.Type, s.Ring, s.Frames)
-	if s.Ack != 0 {
-		fmt.Fprintf(&b, " ack=%d", s.Ack)
-	}
-	if s.Gather != 0 {
-		fmt.Fprintf(&b, " gather=%d", s.Gather)
-	}
-	if s.MaxInd != 0 {
-		fmt.Fprintf(&b, " maxind=%d", s.MaxInd)
-	}
-	if s.AdvMin != 0 {
-		fmt.Fprintf(&b, " advmin=%d", s.AdvMin)
+	fmt.Fprintf(&b, "mode=%v type=%v", s.Mode, s.Type)
+	for k := range endFields {
+		endFields[k].write(&b, &s.Ends)
 	}
 	for i, sc := range s.Scripts {
 		p := string(rune('a' + i))
@@ -162,6 +290,13 @@ const maxUnits = 1 << 16
 func ParseSpec(text string) (Spec, error) {
 	var s Spec
 	seen := map[string]bool{}
+	type endSetting struct {
+		ends []int
+		f    *endField
+		val  string
+	}
+	// Settings for both ends apply first, then those for one end.
+	var both, one []endSetting
 	for _, tok := range strings.Fields(text) {
 		key, val, hasVal := strings.Cut(tok, "=")
 		if seen[key] {
@@ -174,29 +309,51 @@ func ParseSpec(text string) (Spec, error) {
 			s.Mode, err = parseMode(val)
 		case "type":
 			s.Type, err = parseType(val)
-		case "ring":
-			s.Ring, err = parseCount(val)
-		case "frames":
-			s.Frames, err = parseCount(val)
-		case "ack":
-			s.Ack, err = parseCount(val)
-		case "gather":
-			s.Gather, err = parseCount(val)
-		case "maxind":
-			s.MaxInd, err = parseCount(val)
-		case "advmin":
-			s.AdvMin, err = parseCount(val)
 		default:
-			err = parseScriptField(&s, key, val, hasVal)
+			end, name, prefixed := strings.Cut(key, ".")
+			if !prefixed {
+				name = end
+			}
+			f := lookupEndField(name)
+			switch {
+			case f == nil && !prefixed:
+				err = fmt.Errorf("%w: unknown field %q", ErrSpec, key)
+			case f == nil:
+				err = parseScriptField(&s, key, val, hasVal)
+			case f.flag == hasVal:
+				err = fmt.Errorf("%w: field %q: a flag takes no value, a setting one", ErrSpec, key)
+			case !prefixed:
+				both = append(both, endSetting{[]int{0, 1}, f, val})
+			case end == "a" || end == "b":
+				one = append(one, endSetting{[]int{int(end[0] - 'a')}, f, val})
+			default:
+				err = fmt.Errorf("%w: unknown field %q", ErrSpec, key)
+			}
 		}
 		if err != nil {
 			return Spec{}, err
+		}
+	}
+	for _, st := range append(both, one...) {
+		for _, i := range st.ends {
+			if err := st.f.set(&s.Ends[i], st.val); err != nil {
+				return Spec{}, err
+			}
 		}
 	}
 	if s.Mode == 0 || s.Type == 0 {
 		return Spec{}, fmt.Errorf("%w: mode and type are required", ErrSpec)
 	}
 	return s, nil
+}
+
+func lookupEndField(name string) *endField {
+	for k := range endFields {
+		if endFields[k].name == name {
+			return &endFields[k]
+		}
+	}
+	return nil
 }
 
 func parseScriptField(s *Spec, key, val string, hasVal bool) error {

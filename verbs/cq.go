@@ -3,7 +3,6 @@ package verbs
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,35 +11,22 @@ import (
 )
 
 // WaitMode says how CQ.Wait waits while fewer completions are queued than
-// it needs. The zero WaitMode is not a mode; in CQOptions it stands for
-// WaitAdaptive.
-type WaitMode uint8
+// it needs: the modes of the event queue a CQ is built on. The zero
+// WaitMode is not a mode; in CQOptions it stands for WaitAdaptive.
+type WaitMode = eventq.WaitMode
 
 const (
 	// WaitAdaptive spins for CQOptions.SpinTime, checking the queue and
 	// yielding the processor (runtime.Gosched) between checks, and then
 	// blocks. It is the default.
-	WaitAdaptive WaitMode = iota + 1
+	WaitAdaptive = eventq.Adaptive
 	// WaitBusyPoll never blocks: it keeps checking, yielding between
 	// checks, until the completions come, ctx is done or the CQ is
 	// closed. It keeps a CPU busy per waiting goroutine.
-	WaitBusyPoll
+	WaitBusyPoll = eventq.BusyPoll
 	// WaitNotify blocks at once.
-	WaitNotify
+	WaitNotify = eventq.Notify
 )
-
-// String returns the mode's name, or "WaitMode(n)" for an unknown value.
-func (m WaitMode) String() string {
-	switch m {
-	case WaitAdaptive:
-		return "WaitAdaptive"
-	case WaitBusyPoll:
-		return "WaitBusyPoll"
-	case WaitNotify:
-		return "WaitNotify"
-	}
-	return "WaitMode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // DefaultSpinTime is how long WaitAdaptive spins when CQOptions.SpinTime
 // is zero.
@@ -59,21 +45,15 @@ type CQOptions struct {
 
 // eventq returns the options of the CQ's event queue.
 func (o CQOptions) eventq() (eventq.Options, error) {
-	var m eventq.WaitMode
 	switch o.Wait {
-	case 0, WaitAdaptive:
-		m = eventq.Adaptive
-	case WaitBusyPoll:
-		m = eventq.BusyPoll
-	case WaitNotify:
-		m = eventq.Notify
+	case 0, WaitAdaptive, WaitBusyPoll, WaitNotify:
 	default:
 		return eventq.Options{}, fmt.Errorf("%w: completion queue wait mode %v", ErrInvalid, o.Wait)
 	}
 	if o.SpinTime < 0 {
 		return eventq.Options{}, fmt.Errorf("%w: completion queue spin time %v", ErrInvalid, o.SpinTime)
 	}
-	return eventq.Options{Mode: m, SpinTime: o.SpinTime}, nil
+	return eventq.Options{Mode: o.Wait, SpinTime: o.SpinTime}, nil
 }
 
 // CQ is a completion queue: a bounded queue of work completions (WC),

@@ -182,14 +182,10 @@ func (c *Conn) connected() {
 // sending direction (CloseWrite, or Close after its writes reached this
 // end) and every byte before has been read.
 func (c *Conn) Read(p []byte) (int, error) {
-	if err := c.enter(); err != nil {
+	if err := c.begin(c.rsem, &c.rd); err != nil {
 		return 0, c.opErr("read", err)
 	}
-	defer c.leave()
-	if err := c.lock(c.rsem, &c.rd); err != nil {
-		return 0, c.opErr("read", err)
-	}
-	defer func() { <-c.rsem }()
+	defer c.end(c.rsem)
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -216,14 +212,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 // the connection's receive memory itself, with no copy. It implements
 // io.WriterTo, which io.Copy uses. Read deadlines apply.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
-	if err := c.enter(); err != nil {
+	if err := c.begin(c.rsem, &c.rd); err != nil {
 		return 0, c.opErr("read", err)
 	}
-	defer c.leave()
-	if err := c.lock(c.rsem, &c.rd); err != nil {
-		return 0, c.opErr("read", err)
-	}
-	defer func() { <-c.rsem }()
+	defer c.end(c.rsem)
 	var total int64
 	for {
 		if err := c.check(&c.rd); err != nil {
@@ -355,14 +347,10 @@ func (c *Conn) takeRecvs(k int) {
 // Write whose deadline passes returns the count of the bytes it took,
 // which still reach the peer.
 func (c *Conn) Write(p []byte) (int, error) {
-	if err := c.enter(); err != nil {
+	if err := c.begin(c.wsem, &c.wd); err != nil {
 		return 0, c.opErr("write", err)
 	}
-	defer c.leave()
-	if err := c.lock(c.wsem, &c.wd); err != nil {
-		return 0, c.opErr("write", err)
-	}
-	defer func() { <-c.wsem }()
+	defer c.end(c.wsem)
 	if err := c.check(&c.wd); err != nil {
 		return 0, c.opErr("write", err)
 	}
@@ -386,14 +374,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 // implements io.ReaderFrom, which io.Copy uses. Write deadlines apply to
 // the waits for send memory, not to r.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	if err := c.enter(); err != nil {
+	if err := c.begin(c.wsem, &c.wd); err != nil {
 		return 0, c.opErr("readfrom", err)
 	}
-	defer c.leave()
-	if err := c.lock(c.wsem, &c.wd); err != nil {
-		return 0, c.opErr("readfrom", err)
-	}
-	defer func() { <-c.wsem }()
+	defer c.end(c.wsem)
 	var total int64
 	for {
 		if err := c.check(&c.wd); err != nil {
@@ -609,6 +593,26 @@ func (c *Conn) waitEvent(typ exs.EventType, d time.Duration) bool {
 			return true
 		}
 	}
+}
+
+// begin starts a call that holds sem (the Read or the Write side): it
+// counts the call (enter) and takes sem, waiting as deadline d allows.
+// end undoes it.
+func (c *Conn) begin(sem chan struct{}, d *deadline) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	if err := c.lock(sem, d); err != nil {
+		c.leave()
+		return err
+	}
+	return nil
+}
+
+// end releases sem and the call's count.
+func (c *Conn) end(sem chan struct{}) {
+	<-sem
+	c.leave()
 }
 
 // enter counts a call that may use the connection's memory, unless the

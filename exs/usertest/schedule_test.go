@@ -63,6 +63,10 @@ import (
 const (
 	seedDeadline = 60 * time.Second // a seed that takes longer hangs
 	seedBatch    = 100              // seeds between two leak checks
+
+	// maxStreamRecvs bounds the recvs a stream side's plan takes the
+	// peer's bytes in.
+	maxStreamRecvs = 8192
 )
 
 // term is how a direction's stream ended at its receiver.
@@ -191,6 +195,18 @@ func newConnPlan(r *rand.Rand) connPlan {
 	for s := range 2 {
 		c.Side[s] = newSidePlan(r, &c)
 		c.Faults[s] = newEndFaults(r)
+	}
+	// A stream side takes the peer's bytes in at most maxStreamRecvs recvs,
+	// so that a seed stays short: 122,252 bytes into 1-byte recvs, every
+	// poll slowed, took 70 s, past the seed's deadline (seed 7075020).
+	if c.Type == exs.SockStream {
+		for s := range 2 {
+			total := 0
+			for _, n := range c.Side[1-s].Sends {
+				total += n
+			}
+			c.Side[s].RecvSize = max(c.Side[s].RecvSize, (total+maxStreamRecvs-1)/maxStreamRecvs)
+		}
 	}
 	// Ending in order waits for the peer's end of stream: the peer of an
 	// orderly side shuts down, or ends otherwise.
@@ -1178,6 +1194,36 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return v
+}
+
+// TestSchedPlanBounds checks that a plan's stream sides take their peer's
+// bytes in at most maxStreamRecvs recvs, for seeds that went past their
+// deadline without it (7075020: 122,252 bytes into 1-byte recvs, 70 s with
+// every poll slowed; 7053882: 65,949 bytes into 1-byte recvs) and a run of
+// others.
+func TestSchedPlanBounds(t *testing.T) {
+	seeds := []uint64{7075020, 7053882}
+	for s := range uint64(2000) {
+		seeds = append(seeds, s)
+	}
+	for _, seed := range seeds {
+		p := newSchedPlan(seed)
+		for i, c := range p.Conns {
+			if c.Type != exs.SockStream {
+				continue
+			}
+			for s := range 2 {
+				total := 0
+				for _, n := range c.Side[1-s].Sends {
+					total += n
+				}
+				if recvs := (total + c.Side[s].RecvSize - 1) / c.Side[s].RecvSize; recvs > maxStreamRecvs {
+					t.Errorf("seed %d, conn %d, side %d: %d bytes into %d-byte recvs: %d recvs, want at most %d",
+						seed, i, s, total, c.Side[s].RecvSize, recvs, maxStreamRecvs)
+				}
+			}
+		}
+	}
 }
 
 // TestFaultSchedules runs the harness: EXS_SEEDS seeds from EXS_SEED_BASE,

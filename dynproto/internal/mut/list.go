@@ -24,4 +24,11 @@ var All = []Mutant{
 	{"mut_advertpastsmall", "the receiver advertises the recvs after one shorter than AdvertMin, which waits unadvertised (departure 12)"},
 	{"mut_gonediscards", "when the connection goes, the receiver discards what its stream buffer holds, as a local abort does: bytes whose sends completed are lost"},
 	{"mut_goneeof", "when the connection goes without the peer's FIN, the receiver reports the end of the stream instead of ECONNRESET once its stream buffer is drained"},
+	{"mut_noringoffcheck", "the receiver does not check an indirect transfer's stream-buffer offset against where the next one must be written"},
+	{"mut_msgunitsbytes", "copying a message out of the stream buffer advances S_r and S'_r by the message's bytes instead of by one message"},
+	{"mut_plainphase", "phases compare as plain numbers instead of in serial arithmetic, so the phase after 2^32-1 is 0 but counts as older"},
+	{"mut_ownring", "the sender bounds an indirect transfer by its own stream buffer's size where its peer's is meant"},
+	{"mut_toolongfirst", "an ACK of several messages whose last was too long fails the send of its first with EMSGSIZE instead"},
+	{"mut_emptysendqueued", "a zero-length send on a stream is queued for a transfer like any other instead of completing at once"},
+	{"mut_estimateover", "a direct transfer of n bytes completing a recv advertised without MSG_WAITALL advances S'_r by n instead of n-1"},
 }

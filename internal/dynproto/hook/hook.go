@@ -25,6 +25,11 @@ type Ops[E any] struct {
 	// engines with the same configuration behave identically from then on
 	// if and only if their keys are equal (statistics excluded).
 	AppendKey func(e *E, b []byte) []byte
+	// GrantFrames gives e as many frame credits as its peer has frame
+	// buffers. Only for a copy made to probe what the engine would do:
+	// the simulation asks a copy which ADVERT it would send, whether or
+	// not it holds a credit now.
+	GrantFrames func(e *E)
 }
 
 var ops any

@@ -38,6 +38,12 @@ func (w *World) applyWrite(i int, a dynproto.Action) {
 		w.failf("endpoint %c: write of send %d [%d:+%d] outside the send", 'A'+i, a.ID, a.Off, a.Len)
 		return
 	}
+	p.writesEmitted++
+	p.tWrites++
+	p.tBytes += a.Len
+	if !seqpacket {
+		p.unitsSent += uint64(a.Len)
+	}
 	if peer.closed {
 		// The closed end's memory is gone: the write never lands,
 		// and its frame (dropped too) never completes it.
@@ -80,6 +86,7 @@ func (w *World) reserveRing(i int, a dynproto.Action) bool {
 			return false
 		}
 		peer.ringBusy[k] = true
+		peer.busy++
 	}
 	return true
 }
@@ -117,15 +124,79 @@ func (w *World) reserveRecv(i int, a dynproto.Action) (*recvBuf, bool) {
 	return r, true
 }
 
+// defaultMaxGather is MaxGather's documented default.
+const defaultMaxGather = 8
+
+// checkTransfer checks the writes emitted since the last frame of endpoint
+// i's against the frame f that follows them: a DIRECT or INDIRECT frame
+// announces exactly their bytes, gathers from at most MaxGather sends on a
+// stream (one write per send), carries at most MaxIndirect bytes into the
+// stream buffer, and carries one write in message mode (none for a message
+// refused as too long); no other frame follows writes.
+func (w *World) checkTransfer(i int, f *dynproto.Frame) {
+	p := &w.ep[i]
+	c := &w.cfg.Engine[i]
+	nw, nb := p.tWrites, p.tBytes
+	p.tWrites, p.tBytes = 0, 0
+	if f.Type != dynproto.FrameDirect && f.Type != dynproto.FrameIndirect {
+		if nw > 0 {
+			w.failf("endpoint %c: %d writes followed by %v, not by their transfer's frame", 'A'+i, nw, f.Type)
+		}
+		return
+	}
+	gather := c.MaxGather
+	if gather == 0 {
+		gather = defaultMaxGather
+	}
+	tooLong := f.Flags&dynproto.FlagTooLong != 0
+	switch {
+	case int(f.Len) != nb:
+		w.failf("endpoint %c: %v announces %d units, its writes carry %d", 'A'+i, f, f.Len, nb)
+	case c.Type == dynproto.Stream && nw > gather:
+		w.failf("endpoint %c: %v gathers from %d sends, MaxGather is %d", 'A'+i, f, nw, gather)
+	case c.Type == dynproto.SeqPacket && f.Type == dynproto.FrameDirect && tooLong && nw != 0:
+		w.failf("endpoint %c: %v refuses a message but carries %d writes", 'A'+i, f, nw)
+	case c.Type == dynproto.SeqPacket && nw > 1:
+		w.failf("endpoint %c: %v carries %d writes of one message", 'A'+i, f, nw)
+	case f.Type == dynproto.FrameIndirect && c.MaxIndirect > 0 && nb > c.MaxIndirect:
+		w.failf("endpoint %c: %v carries %d units into the stream buffer, MaxIndirect is %d", 'A'+i, f, nb, c.MaxIndirect)
+	}
+	if nw > 1 {
+		w.seen |= SeenGather
+	}
+}
+
 // applyFrame sends a frame of endpoint i's into the channel to its peer,
 // with the writes emitted since the last one.
 func (w *World) applyFrame(i int, a dynproto.Action) {
 	p := &w.ep[i]
 	peer := &w.ep[1-i]
 	f := a.Frame
+	w.checkTransfer(i, &f)
+	switch {
+	case f.Type == dynproto.FramePause:
+		if p.pauses++; p.pauses > 1 {
+			w.seen |= SeenRepeatedPause
+		}
+	case f.Type == dynproto.FrameAck && f.Msgs > 1:
+		w.seen |= SeenBatchedAck
+		if f.Flags&dynproto.FlagTooLong != 0 {
+			w.seen |= SeenBatchedTooLong
+		}
+	}
+	if w.wrapped(i, &f) {
+		w.seen |= SeenWrap
+	}
+	if w.cfg.Engine[i].Type == dynproto.SeqPacket && f.Flags&dynproto.FlagEOM != 0 &&
+		(f.Type == dynproto.FrameDirect || f.Type == dynproto.FrameIndirect) {
+		p.unitsSent++ // the message's last transfer (or its refusal)
+	}
 	if f.Type == dynproto.FrameAdvert {
 		f.RKey = uint32(a.ID) + 1 // the world's key for recv a.ID
 		f.Addr = 0
+		if w.cfg.Forge[1-i] {
+			p.adverts = append(p.adverts, sentAdvert{id: f.ID, phase: f.Phase, recv: a.ID})
+		}
 	}
 	if !peer.closed {
 		w.ch[1-i] = append(w.ch[1-i], message{frame: f, writes: p.pendingWrite})
@@ -158,6 +229,7 @@ func (w *World) applyCopy(i int, a dynproto.Action) {
 			return
 		}
 		p.ringBusy[a.RingOff+k] = false
+		p.busy--
 	}
 	copy(r.data[a.Off:], p.ring[a.RingOff:a.RingOff+a.Len])
 	r.copied = true
@@ -173,6 +245,41 @@ func (w *World) applyDiscard(i int, a dynproto.Action) {
 			return
 		}
 		p.ringBusy[k] = false
+		p.busy--
+	}
+}
+
+// arrived accounts for frame msg (not a disconnect) arriving at endpoint i:
+// the units and stream-buffer bytes of its peer's stream it brings, its
+// FIN, and the ADVERTs of i's that an indirect transfer overtakes.
+func (w *World) arrived(i int, msg *message) {
+	p := &w.ep[i]
+	f := &msg.frame
+	switch f.Type {
+	case dynproto.FrameFin:
+		p.finIn = true
+	case dynproto.FrameDirect, dynproto.FrameIndirect:
+		if w.cfg.Engine[i].Type == dynproto.SeqPacket {
+			if f.Flags&dynproto.FlagEOM != 0 {
+				p.unitsIn++
+			}
+		} else {
+			for _, wr := range msg.writes {
+				p.unitsIn += uint64(len(wr.data))
+			}
+		}
+	}
+	for _, wr := range msg.writes {
+		if wr.kind == dynproto.WriteIndirect {
+			p.ringIn = (wr.ringOff + len(wr.data)) % len(p.ring)
+		}
+	}
+	if f.Type == dynproto.FrameIndirect {
+		for k := range p.adverts {
+			if a := &p.adverts[k]; !p.recvs[a.recv].done && !p.recvs[a.recv].directed {
+				a.overtaken = true
+			}
+		}
 	}
 }
 

@@ -25,6 +25,8 @@ func (w *World) Clone() *World {
 		q.recvWait = append([]bool(nil), p.recvWait...)
 		q.sendDone = append([]bool(nil), p.sendDone...)
 		q.sendErr = append([]error(nil), p.sendErr...)
+		q.verdict = append([]uint8(nil), p.verdict...)
+		q.adverts = append([]sentAdvert(nil), p.adverts...)
 		q.pendingWrite = append([]write(nil), p.pendingWrite...) // write data is never mutated
 		q.recvs = make([]recvBuf, len(p.recvs))
 		for k, r := range p.recvs {
@@ -53,7 +55,20 @@ func (w *World) AppendKey(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(p.writesPlaced))
 		b = binary.AppendUvarint(b, uint64(p.writesDone))
 		b = binary.AppendUvarint(b, p.delivered)
-		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset))
+		b = binary.AppendUvarint(b, p.unitsSent)
+		b = binary.AppendUvarint(b, uint64(p.writesEmitted))
+		b = append(b, boolByte(p.shut), boolByte(p.eof), boolByte(p.closed), boolByte(p.reset), boolByte(p.finIn))
+		b = binary.AppendUvarint(b, uint64(len(p.verdict)))
+		b = append(b, p.verdict...)
+		b = binary.AppendUvarint(b, p.unitsIn)
+		b = binary.AppendUvarint(b, uint64(p.ringIn))
+		b = binary.AppendUvarint(b, uint64(len(p.adverts)))
+		for _, a := range p.adverts {
+			b = binary.AppendUvarint(b, uint64(a.id))
+			b = binary.AppendUvarint(b, uint64(a.phase))
+			b = binary.AppendUvarint(b, a.recv)
+			b = append(b, boolByte(a.overtaken))
+		}
 		for k, d := range p.sendDone {
 			b = append(b, boolByte(d))
 			b = binary.AppendUvarint(b, uint64(p.sendLens[k]))

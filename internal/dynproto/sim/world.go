@@ -32,10 +32,18 @@
 //     a recv that received a direct write;
 //   - an indirect write lands only on stream-buffer bytes that are free (not
 //     holding data not yet copied out, nor data still in flight);
-//   - phases never decrease at either end;
+//   - phases never decrease at either end (counted from the start of each
+//     stream with the simulation's own arithmetic);
 //   - every send completes once, with its full length (or, once the
 //     connection went, with ECANCELED at the end that closed and ECONNRESET
-//     at the other);
+//     at the other), sends and recvs in the order they were posted;
+//   - a MSG_WAITALL recv completes with its full length, but at the end of
+//     the stream or once the connection went;
+//   - a message send fails with EMSGSIZE if and only if its message was
+//     longer than the recv it met, and succeeds only once it met one;
+//   - each transfer's frame announces exactly the bytes its writes carry,
+//     from at most MaxGather sends on a stream, at most MaxIndirect bytes
+//     into the stream buffer;
 //   - the close rule: when a recv reports that the peer's stream ended
 //     (end of stream or ECONNRESET), every byte (message) of every send the
 //     peer completed has been delivered; ECONNRESET only after the peer
@@ -51,10 +59,44 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"syscall"
 
 	"github.com/exsgo/exs/dynproto"
 )
+
+// Events are things that happened in a world, for a checker to report
+// what its configurations reach: a bit is set once its event happened on
+// the way to the current state.
+type Events uint16
+
+// The events a World records.
+const (
+	SeenEmptySend      Events = 1 << iota // a send of no bytes was posted
+	SeenGather                            // a transfer gathered from several sends
+	SeenTooLong                           // a message was longer than its recv
+	SeenBatchedAck                        // one ACK reported several messages consumed
+	SeenBatchedTooLong                    // ... the last of them too long
+	SeenRepeatedPause                     // a sender paused a second time
+	SeenShortWaitAll                      // a MSG_WAITALL recv completed short at the end of the stream
+	SeenWrap                              // a frame carried a sequence number or phase past the wrap
+)
+
+var eventNames = [...]string{"empty-send", "gather", "too-long", "batched-ack", "batched-too-long", "repeated-pause", "short-waitall", "wrap"}
+
+// String lists the events, separated by commas.
+func (e Events) String() string {
+	var names []string
+	for k, n := range eventNames {
+		if e&(1<<k) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// Seen returns the events that happened on the way to this state.
+func (w *World) Seen() Events { return w.seen }
 
 // RecvOp is one recv in an application script.
 type RecvOp struct {
@@ -88,6 +130,11 @@ type Script struct {
 type Config struct {
 	Engine  [2]dynproto.Config // per endpoint; must mirror each other
 	Scripts [2]Script
+	// Forge[i] makes endpoint i an adversary: in every state, each wrong
+	// frame it could send next (CheckForgeries) must be refused by its
+	// peer. Its engine is still the correct one: a forged frame is not a
+	// move, since its peer, refusing it, ends the connection.
+	Forge [2]bool
 }
 
 // MoveKind names a kind of step.
@@ -161,7 +208,21 @@ type endpoint struct {
 	eng    *dynproto.Engine
 	script Script
 
+	// What the simulation saw of this endpoint's outgoing stream: every
+	// unit it put into a transfer (bytes written on a stream, messages whose
+	// last transfer went in message mode), every write it emitted.
+	unitsSent     uint64
+	writesEmitted int
+	// The transfer being emitted: its writes so far (its frame follows
+	// them) and their bytes.
+	tWrites, tBytes int
+	// verdict[m] is what the peer's recv made of message m of this
+	// endpoint's (message mode): 0 not yet known, fits or tooLong.
+	verdict []uint8
+	pauses  int // PAUSE frames sent (coverage only)
+
 	nextSend     int
+	sendsDone    int   // sends completed (in post order)
 	sendLens     []int // length of each posted send
 	shut         bool
 	sendStarts   []uint64 // stream offset (stream) or message number of each send
@@ -174,16 +235,40 @@ type endpoint struct {
 
 	nextRecv  int
 	drains    int
+	recvsDone int       // recvs completed (in post order)
 	recvs     []recvBuf // by recv id
 	recvWait  []bool    // MSG_WAITALL of each posted recv
+	pending   int       // recvs posted and not complete
 	ring      []byte
 	ringBusy  []bool
+	busy      int    // stream-buffer bytes busy (data not copied out, or a write on its way)
 	delivered uint64 // stream bytes (stream) or messages (message) delivered
+	finIn     bool   // the peer's FIN was delivered
 	eof       bool
 	closed    bool // the application closed this endpoint
 	reset     bool // a recv reported ECONNRESET
 
-	maxPS, maxPR dynproto.Phase
+	// The highest phases seen of this endpoint's sender and receiver
+	// halves, counted from the start of their streams (relPhase).
+	maxPS, maxPR int64
+
+	// What arrived of the peer's stream: units (bytes, or messages whose
+	// last transfer arrived) and the stream-buffer offset the next indirect
+	// transfer writes at.
+	unitsIn uint64
+	ringIn  int
+	// The ADVERTs this endpoint sent, when its peer is an adversary.
+	adverts []sentAdvert
+}
+
+// sentAdvert is an ADVERT an endpoint sent: its number, phase and recv, and
+// whether an indirect transfer overtook it (arrived after it, before its
+// recv received a direct write), which makes it stale.
+type sentAdvert struct {
+	id        uint32
+	phase     dynproto.Phase
+	recv      uint64
+	overtaken bool
 }
 
 // World is two endpoints and the two channels between them. Not safe for
@@ -194,14 +279,18 @@ type World struct {
 	ch   [2][]message // ch[i]: frames travelling into endpoint i
 	acts []dynproto.Action
 	err  error
+	seen Events
 	// Trace, when non-nil, receives one line per action taken.
 	Trace func(string)
 }
 
 // New builds a world from cfg. It fails if either engine configuration is
-// invalid.
+// invalid or the two do not mirror each other.
 func New(cfg *Config) (*World, error) {
 	w := &World{cfg: cfg}
+	if err := checkMirror(&cfg.Engine); err != nil {
+		return nil, err
+	}
 	for i := range w.ep {
 		eng, err := dynproto.New(cfg.Engine[i])
 		if err != nil {
@@ -217,6 +306,19 @@ func New(cfg *Config) (*World, error) {
 		p.ringBusy = make([]bool, cfg.Engine[i].RecvBuffer)
 	}
 	return w, nil
+}
+
+// checkMirror checks that each engine's view of its peer is the peer's
+// own configuration.
+func checkMirror(c *[2]dynproto.Config) error {
+	for i := range 2 {
+		a, b := &c[i], &c[1-i]
+		if a.PeerRecvBuffer != b.RecvBuffer || a.PeerFrames != b.Frames ||
+			a.PeerInitialSeq != b.InitialSeq || a.PeerInitialPhase != b.InitialPhase || a.Mode != b.Mode || a.Type != b.Type {
+			return fmt.Errorf("endpoint %c's configuration does not mirror endpoint %c's", 'A'+i, 'A'+1-i)
+		}
+	}
+	return nil
 }
 
 // checkScript checks that every length a script may post is one a Move
@@ -301,7 +403,7 @@ func (w *World) Moves(ms []Move) []Move {
 			} else {
 				ms = append(ms, Move{End: e, Kind: MoveRecv})
 			}
-		} else if p.script.DrainLen > 0 && !p.eof && !p.reset && p.eng.State().Recvs == 0 {
+		} else if p.script.DrainLen > 0 && !p.eof && !p.reset && p.pending == 0 {
 			ms = append(ms, Move{End: e, Kind: MoveDrainRecv})
 		}
 		if p.eng.CanCopy() {
@@ -349,6 +451,9 @@ func (w *World) Step(m Move) error {
 			p.sendStarts = append(p.sendStarts, p.sentBytes)
 		}
 		p.sentBytes += uint64(n)
+		if n == 0 {
+			w.seen |= SeenEmptySend
+		}
 		p.sendLens = append(p.sendLens, n)
 		p.sendDone = append(p.sendDone, false)
 		p.sendErr = append(p.sendErr, nil)
@@ -371,6 +476,7 @@ func (w *World) Step(m Move) error {
 		id := uint64(len(p.recvs))
 		p.recvs = append(p.recvs, recvBuf{id: id, data: make([]byte, op.Len), direct: make([]bool, op.Len)})
 		p.recvWait = append(p.recvWait, op.WaitAll)
+		p.pending++
 		acts = p.eng.PostRecv(acts, id, op.Len, op.WaitAll)
 	case MoveCopy:
 		acts = p.eng.Copy(acts)
@@ -395,6 +501,7 @@ func (w *World) Step(m Move) error {
 		w.place(i, msg.writes)
 		w.ep[1-i].writesPlaced += len(msg.writes)
 		f := msg.frame
+		w.arrived(i, &msg)
 		acts, err = p.eng.OnFrame(acts, &f)
 		if err != nil {
 			w.failf("endpoint %c rejected %v: %v", 'A'+i, msg.frame, err)
