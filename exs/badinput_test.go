@@ -261,8 +261,8 @@ func TestSocketStateErrors(t *testing.T) {
 	checkErr(t, "nil queue", s.Close(nil, nil), "close", exs.ErrInvalid)
 	checkErr(t, "queue of another stack", s.Close(other, nil), "close", exs.ErrInvalid)
 	checkErr(t, "bind empty", s.Bind(""), "bind", exs.ErrInvalid)
-	checkErr(t, "bind unknown scheme", s.Bind("tcp:1.2.3.4"), "bind", exs.ErrInvalid)
-	checkErr(t, "connect unknown scheme", s.Connect(q, "tcp:1.2.3.4", nil), "connect", exs.ErrInvalid)
+	checkErr(t, "bind unknown scheme", s.Bind("udp:1.2.3.4"), "bind", exs.ErrInvalid)
+	checkErr(t, "connect unknown scheme", s.Connect(q, "udp:1.2.3.4", nil), "connect", exs.ErrInvalid)
 
 	// Cancel with nothing outstanding completes at once.
 	if err := s.Cancel(q, "cancel"); err != nil {

@@ -95,10 +95,12 @@
 // sets up a connection to a listening socket in the background.
 // Addresses are "scheme:name": the scheme picks the provider. Every stack
 // knows "inproc", the in-process provider shared by every stack of the
-// process, and "shm", the same-host provider (package verbs/shm: two
-// processes of one Linux host, "shm:PATH" naming the Unix socket the
-// listener binds); WithProvider adds others or replaces these. An address
-// without a scheme is an "inproc" one.
+// process, "shm", the same-host provider (package verbs/shm: two processes
+// of one Linux host, "shm:PATH" naming the Unix socket the listener binds),
+// and "tcp", the provider across hosts (package verbs/tcp: iWARP over TCP,
+// "tcp:HOST:PORT"; a socket that listens on port 0 gets a port from the
+// system, which its Addr then reports); WithProvider adds others or
+// replaces these. An address without a scheme is an "inproc" one.
 //
 // At connection set-up the two ends exchange their protocol parameters in
 // the connection's private data: version, protocol mode, socket type,

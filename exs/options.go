@@ -301,13 +301,14 @@ func defaultConfig() config {
 // whole address, scheme included, goes to p, so scheme is the one p's
 // addresses use ("inproc" for package inproc, "shm" for package shm). The
 // stack opens one verbs device over p and does not close p. By default the
-// stack knows two schemes, each served by a provider shared by every stack
-// of the process: "inproc", the in-process provider (so that two stacks of
-// one process can connect to each other), and "shm", the same-host
+// stack knows three schemes, each served by a provider shared by every
+// stack of the process: "inproc", the in-process provider (so that two
+// stacks of one process can connect to each other), "shm", the same-host
 // provider of package shm ("shm:PATH", PATH the Unix socket the listener
-// binds; Linux only). WithProvider with either scheme replaces the default
-// one, for instance to give the same-host provider options or to read its
-// statistics.
+// binds; Linux only), and "tcp", the provider across hosts of package tcp
+// ("tcp:HOST:PORT", iWARP over TCP; Linux only). WithProvider with one of
+// these schemes replaces the default one, for instance to give the
+// same-host provider options or to read its statistics.
 func WithProvider(scheme string, p verbs.Provider) StackOption {
 	return stackOnly{func(c *config) error {
 		if scheme == "" || strings.ContainsRune(scheme, ':') || p == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -212,8 +213,9 @@ func (s *Socket) Type() SockType { return s.typ }
 func (s *Socket) Mode() Mode { return s.cfg.mode }
 
 // Addr returns the socket's address: the address it is bound to or
-// listens on, the address it connected to, or the listening address it
-// was accepted on; "" for a new socket.
+// listens on (once it listens, the listener's: "tcp:HOST:0" becomes the
+// port the system gave), the address it connected to, or the listening
+// address it was accepted on; "" for a new socket.
 func (s *Socket) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,6 +327,11 @@ func (s *Socket) Listen(backlog int) error {
 	if !s.st.spawn(func() { s.acceptLoop(l) }) {
 		l.Close()
 		return opErr("listen", s.addr, ErrClosed)
+	}
+	// The listener's address, if the provider tells it in the socket's
+	// scheme: a port the system chose, say.
+	if a := l.Addr(); strings.HasPrefix(a, s.dev.scheme+":") {
+		s.addr = a
 	}
 	s.state, s.running, s.backlog = sockListening, true, backlog
 	s.log.Debug("listening", zap.String("addr", s.addr))

@@ -11,6 +11,7 @@ import (
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/inproc"
 	"github.com/exsgo/exs/verbs/shm"
+	"github.com/exsgo/exs/verbs/tcp"
 )
 
 // defaultInproc is the in-process provider of stacks that name no other
@@ -35,6 +36,15 @@ func mustShm(p *shm.Provider, err error) *shm.Provider {
 
 // shmScheme is the scheme of the same-host provider's addresses.
 const shmScheme = "shm"
+
+// defaultTCP is the provider across hosts of stacks that name no other for
+// the "tcp" scheme (package verbs/tcp: iWARP over TCP), shared by the
+// stacks of the process. It holds no resources until a stack listens or
+// connects through it (outside Linux its Listen and Dial fail).
+var defaultTCP = tcp.New()
+
+// tcpScheme is the scheme of the TCP provider's addresses.
+const tcpScheme = "tcp"
 
 // defaultScheme is the scheme of addresses that have none.
 const defaultScheme = "inproc"
@@ -74,7 +84,7 @@ func NewStack(opts ...StackOption) (*Stack, error) {
 	if err := cfg.applyStackOptions(opts); err != nil {
 		return nil, opErr("newstack", "", err)
 	}
-	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}} {
+	for _, d := range []providerEntry{{defaultScheme, defaultInproc}, {shmScheme, defaultShm}, {tcpScheme, defaultTCP}} {
 		if !slices.ContainsFunc(cfg.providers, func(e providerEntry) bool { return e.scheme == d.scheme }) {
 			cfg.providers = append(cfg.providers, d)
 		}

@@ -62,7 +62,11 @@ func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 //   - OpSend, OpSendWithImm: consume the next RECV (ErrNoRecv if none),
 //     check its scatter list (ErrRemoteOperation), check that m.Len fits
 //     (ErrTooLong; the RECV completes with StatusLocalLengthError), read
-//     the payload into it, complete it.
+//     the payload into it, complete it. A provider that learns a SEND's
+//     length only at its end (iWARP's DDP, whose segments carry no total)
+//     sets m.Len to -1: Deliver then reads Payload until io.EOF, and a
+//     payload longer than the RECV fails with ErrTooLong once the RECV is
+//     full (the bytes that fit are placed).
 //   - OpRead: the range is checked with mreg.RemoteRead, then its m.Len
 //     bytes are written to m.Sink.
 //

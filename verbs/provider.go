@@ -167,7 +167,9 @@ type Message struct {
 	// OpWriteWithImm and OpRead.
 	RKey  mreg.Key
 	RAddr uint64
-	// Len is the number of bytes sent, written or read.
+	// Len is the number of bytes sent, written or read; -1 for a SEND
+	// whose length a provider learns only at its end (see
+	// Endpoint.Deliver).
 	Len int
 	// Payload yields the Len bytes of a SEND or WRITE. On the initiator's
 	// side it reads the gather list, and it also implements io.WriterTo.

@@ -245,17 +245,28 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 			capacity += len(b)
 		}
 		var cause error
-		if m.Len > capacity {
+		n := m.Len
+		switch {
+		case n < 0:
+			// The provider learns the length at the message's end.
+			if n, err = readToEOF(payload(m), w.segs[:len(w.sgl)]); err == ErrTooLong {
+				cause = fmt.Errorf("%w: %v longer than its %d-byte receive", ErrTerminated, m.Op, capacity)
+			} else if err != nil {
+				cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+			}
+		case n > capacity:
 			err = ErrTooLong
 			cause = fmt.Errorf("%w: %d-byte %v into a %d-byte receive", ErrTerminated, m.Len, m.Op, capacity)
-		} else if err = readInto(payload(m), w.segs[:len(w.sgl)], m.Len); err != nil {
-			cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+		default:
+			if err = readInto(payload(m), w.segs[:len(w.sgl)], m.Len); err != nil {
+				cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+			}
 		}
 		for i := range w.sgl {
 			w.refs[i].Release()
 			w.refs[i], w.segs[i] = nil, nil
 		}
-		wc := WC{Status: StatusSuccess, Opcode: WCRecv, ByteLen: uint32(m.Len)}
+		wc := WC{Status: StatusSuccess, Opcode: WCRecv, ByteLen: uint32(n)}
 		switch {
 		case err == ErrTooLong:
 			wc = WC{Status: StatusLocalLengthError, Opcode: WCRecv}
@@ -269,6 +280,32 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 	}
 	err = fmt.Errorf("%w: incoming opcode %v", ErrInvalid, m.Op)
 	return err, fmt.Errorf("%w: %w", ErrTerminated, err)
+}
+
+// readToEOF fills the segments segs, in order, from r until r reports
+// io.EOF, and returns the bytes read; ErrTooLong if r has more than they
+// hold.
+func readToEOF(r io.Reader, segs [][]byte) (int, error) {
+	n := 0
+	for _, s := range segs {
+		k, err := io.ReadFull(r, s)
+		n += k
+		switch err {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return n, nil
+		default:
+			return n, err
+		}
+	}
+	var one [1]byte
+	switch k, err := io.ReadFull(r, one[:]); {
+	case k > 0:
+		return n, ErrTooLong
+	case err != io.EOF:
+		return n, err
+	}
+	return n, nil
 }
 
 // readFull reads the message's payload into dst.

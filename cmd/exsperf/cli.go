@@ -122,16 +122,18 @@ message).`,
 receiving side of streams and the echoing side of ping-pongs. The address
 names the provider: tcp:HOST:PORT is the plain-TCP anchor; shm:PATH (or
 exs+shm:PATH) is exs over the same-host provider, PATH being the Unix socket
-it binds (two processes of one Linux host).
+it binds (two processes of one Linux host); exs+tcp:HOST:PORT is exs over the
+TCP provider (iWARP over TCP, across hosts).
 
 Over exs, the client keeps one control connection to ADDR (an exs stream
 socket) and sends each measurement's request on it (a 4-byte big-endian
 length, then JSON: test, mode, size, outstanding sends and recvs, stream
 buffer, warm-up, duration, wait mode); the server listens on ADDR.N (N
-counting its measurements) in that mode, answers with that address, accepts
-the data connection, receives (stream) or echoes (ping-pong), and for a
-stream replies on the control connection with the bytes, the interval and
-its own CPU time over it (getrusage RUSAGE_SELF).`,
+counting its measurements; over TCP, ADDR's host on a port the system
+chooses) in that mode, answers with that address, accepts the data
+connection, receives (stream) or echoes (ping-pong), and for a stream
+replies on the control connection with the bytes, the interval and its own
+CPU time over it (getrusage RUSAGE_SELF).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &serverOpts{}
 				o.register(fs)
@@ -142,8 +144,9 @@ its own CPU time over it (getrusage RUSAGE_SELF).`,
 side's CPU time (RUSAGE_SELF of each process); with --lat, also ping-pong
 latency. ADDR (or --addr) is tcp:HOST:PORT, HOST:PORT or HOST (port 5201 by
 default): the plain-TCP anchor; or shm:PATH (exs+shm:PATH): exs over the
-same-host provider, each size in each of --modes, with the percentage of
-bytes sent directly (see "exsperf help server" for the protocol).`,
+same-host provider, or exs+tcp:HOST:PORT: exs over the TCP provider, each
+size in each of --modes, with the percentage of bytes sent directly (see
+"exsperf help server" for the protocol).`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env) error {
 				o := &clientOpts{}
 				o.register(fs)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,7 +27,7 @@ type serverOpts struct {
 
 func (o *serverOpts) register(fs *flag.FlagSet) {
 	o.addr, o.cc = "tcp::"+measure.DefaultPort, "cubic"
-	fs.StringVar(&o.addr, "listen", o.addr, "address to listen on: tcp:HOST:PORT (plain TCP) or shm:PATH (exs over the same-host provider)")
+	fs.StringVar(&o.addr, "listen", o.addr, "address to listen on: tcp:HOST:PORT (plain TCP), shm:PATH (exs over the same-host provider) or exs+tcp:HOST:PORT (exs over the TCP provider)")
 	fs.StringVar(&o.addr, "addr", o.addr, "the same as --listen")
 	fs.BoolVar(&o.once, "once", false, "exit after one measurement (iperf3's -1)")
 	fs.StringVar(&o.cc, "cc", o.cc, "TCP congestion control for accepted connections (TCP_CONGESTION); '' keeps the system's")
@@ -75,7 +76,10 @@ func runServer(ctx context.Context, e *env, o *serverOpts, peer bool) error {
 func (o *serverOpts) listen(ctx context.Context, e *env, log *zap.Logger, peer bool) (measure.Server, string, error) {
 	if addr, ok := measure.ExsAddr(o.addr); ok {
 		s, err := measure.ListenExs(addr, log)
-		return s, "exs over the same-host provider", err
+		if strings.HasPrefix(addr, "shm:") {
+			return s, "exs over the same-host provider", err
+		}
+		return s, "exs over the TCP provider", err
 	}
 	listen := o.addr
 	if peer {

@@ -378,7 +378,7 @@ func TestErrorMessages(t *testing.T) {
 		}
 		add(wait(t, q, exs.EventSend, "late").Err)
 	}
-	layers := []string{"exs:", "verbs:", "eventq:", "mreg:", "inproc:", "shm:", "dynproto:"}
+	layers := []string{"exs:", "verbs:", "eventq:", "mreg:", "inproc:", "shm:", "tcp:", "dynproto:"}
 	for _, err := range errs {
 		msg := err.Error()
 		if strings.Count(msg, "exs:") != 1 || !strings.HasPrefix(msg, "exs: ") {

@@ -3,7 +3,9 @@ package usertest
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 // Connects as a user relies on them: nothing waits forever on a peer, a
 // request the listener would refuse is refused at once whether or not an
 // accept is posted, and a listener's backlog is bounded. Each test runs
-// over the in-process and the same-host provider.
+// over the in-process, the same-host and the TCP provider.
 
 // addrFuncs are the providers' address makers.
 var addrFuncs = []struct {
@@ -23,6 +25,7 @@ var addrFuncs = []struct {
 }{
 	{"inproc", inprocAddr},
 	{"shm", shmAddr},
+	{"tcp", tcpAddr},
 }
 
 // dial posts a connect of a new socket of typ to addr and returns it.
@@ -262,5 +265,49 @@ func TestAcceptSkipsAConnectThatGaveUp(t *testing.T) {
 				t.Errorf("received %d, want 42", buf[0])
 			}
 		})
+	}
+}
+
+// TestListenPortZero: a socket that listens on a TCP address with port 0
+// gets a port from the system and reports it in its address, and a stack
+// with no options connects to it.
+func TestListenPortZero(t *testing.T) {
+	st := newStack(t)
+	q := newQueue(t, st, 16)
+	ln := listen(t, st, q, exs.SockStream, "tcp:127.0.0.1:0")
+	addr := ln.Addr()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(addr, "tcp:"))
+	if err != nil || host != "127.0.0.1" || port == "0" || !strings.HasPrefix(addr, "tcp:") {
+		t.Fatalf("listening socket's Addr %q: want tcp:127.0.0.1:PORT with the port the system gave", addr)
+	}
+	if err := ln.Accept(q, "accept"); err != nil {
+		t.Fatal(err)
+	}
+	st2 := newStack(t)
+	q2 := newQueue(t, st2, 16)
+	c := dial(t, st2, q2, exs.SockStream, addr, "connect")
+	if ev := wait(t, q2, exs.EventConnect, "connect"); ev.Err != nil {
+		t.Fatal(ev.Err)
+	}
+	acc := wait(t, q, exs.EventAccept, "accept")
+	if acc.Err != nil {
+		t.Fatal(acc.Err)
+	}
+	if c.RemoteAddr() != addr || acc.Accepted.Addr() != addr {
+		t.Errorf("client's RemoteAddr %q, accepted socket's Addr %q: want %q", c.RemoteAddr(), acc.Accepted.Addr(), addr)
+	}
+	if err := c.Send(q2, []byte("over tcp"), nil, 0, "send"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if err := acc.Accepted.Recv(q, buf, nil, exs.MsgWaitAll, "recv"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shutdown(q2, "shut"); err != nil {
+		t.Fatal(err)
+	}
+	ev := wait(t, q, exs.EventRecv, "recv")
+	if ev.Err != nil || string(buf[:ev.N]) != "over tcp" {
+		t.Errorf("recv: %q, %v", buf[:ev.N], ev.Err)
 	}
 }

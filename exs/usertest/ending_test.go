@@ -596,35 +596,42 @@ var (
 )
 
 // TestEndingInProcess runs random endings between two stacks of this
-// process. A failing subtest's name carries its seed; EXS_SEED=<seed>
-// replays it: go test -run 'TestEndingInProcess/<type>/<mode>' with
-// EXS_SEED set.
+// process, over the in-process provider and over TCP on loopback (fewer
+// seeds: each ending there is a real connection). A failing subtest's name
+// carries its seed; EXS_SEED=<seed> replays it: go test -run
+// 'TestEndingInProcess/<provider>/<type>/<mode>' with EXS_SEED set.
 func TestEndingInProcess(t *testing.T) {
-	n := 12
-	if testing.Short() {
-		n = 3
-	}
-	for _, typ := range allTypes {
-		for _, mode := range allModes {
-			for _, seed := range seeds(t, n) {
-				p := newPlan(seed, typ, mode)
-				t.Run(fmt.Sprintf("%v/%v/seed=%d", typ, mode, seed), func(t *testing.T) {
-					t.Parallel()
-					endingInProcess(t, &p)
-				})
+	for _, pv := range []struct {
+		name string
+		addr func(testing.TB) string
+		n    int
+	}{{"inproc", inprocAddr, 12}, {"tcp", tcpAddr, 4}} {
+		n := pv.n
+		if testing.Short() {
+			n = min(n, 3)
+		}
+		for _, typ := range allTypes {
+			for _, mode := range allModes {
+				for _, seed := range seeds(t, n) {
+					p := newPlan(seed, typ, mode)
+					t.Run(fmt.Sprintf("%s/%v/%v/seed=%d", pv.name, typ, mode, seed), func(t *testing.T) {
+						t.Parallel()
+						endingInProcess(t, &p, pv.addr)
+					})
+				}
 			}
 		}
 	}
 }
 
-func endingInProcess(t *testing.T, p *plan) {
+func endingInProcess(t *testing.T, p *plan, addrOf func(testing.TB) string) {
 	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
 	sx, sy := newStack(t, opts...), newStack(t, opts...)
 	qy := newQueue(t, sy, 8)
-	addr := inprocAddr(t)
+	addr := addrOf(t)
 	ln := listen(t, sy, qy, p.Type, addr)
 	if err := ln.Accept(qy, "accept"); err != nil {
 		t.Fatal(err)
@@ -660,19 +667,26 @@ func endingInProcess(t *testing.T, p *plan) {
 }
 
 // TestEndingBetweenProcesses runs random endings between this process (Y)
-// and a child process (X) over the same-host provider.
+// and a child process (X) over the same-host provider and over TCP on
+// loopback.
 func TestEndingBetweenProcesses(t *testing.T) {
-	n := 2
-	if testing.Short() {
-		n = 1
-	}
-	for _, typ := range allTypes {
-		for _, mode := range allModes {
-			for _, seed := range seeds(t, n) {
-				p := newPlan(seed, typ, mode)
-				t.Run(fmt.Sprintf("%v/%v/seed=%d", typ, mode, seed), func(t *testing.T) {
-					endingBetweenProcesses(t, &p)
-				})
+	for _, pv := range []struct {
+		name string
+		addr func(testing.TB) string
+		n    int
+	}{{"shm", shmAddr, 2}, {"tcp", tcpAddr, 1}} {
+		n := pv.n
+		if testing.Short() {
+			n = 1
+		}
+		for _, typ := range allTypes {
+			for _, mode := range allModes {
+				for _, seed := range seeds(t, n) {
+					p := newPlan(seed, typ, mode)
+					t.Run(fmt.Sprintf("%s/%v/%v/seed=%d", pv.name, typ, mode, seed), func(t *testing.T) {
+						endingBetweenProcesses(t, &p, pv.addr)
+					})
+				}
 			}
 		}
 	}
@@ -684,14 +698,14 @@ type endingArg struct {
 	Plan plan
 }
 
-func endingBetweenProcesses(t *testing.T, p *plan) {
+func endingBetweenProcesses(t *testing.T, p *plan, addrOf func(testing.TB) string) {
 	opts := []exs.StackOption{exs.WithMode(p.Mode)}
 	if p.Ring != 0 {
 		opts = append(opts, exs.WithStreamBuffer(p.Ring))
 	}
 	sy := newStack(t, opts...)
 	qy := newQueue(t, sy, 8)
-	addr := shmAddr(t)
+	addr := addrOf(t)
 	ln := listen(t, sy, qy, p.Type, addr)
 	if err := ln.Accept(qy, "accept"); err != nil {
 		t.Fatal(err)

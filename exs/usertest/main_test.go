@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -68,6 +69,20 @@ func inprocAddr(t testing.TB) string {
 // shmAddr returns a same-host address in a directory of the test's.
 func shmAddr(t testing.TB) string {
 	return "shm:" + t.TempDir() + "/s"
+}
+
+// tcpAddr returns a loopback TCP address with a port nobody listens on:
+// one the system gave a listener that is closed at once, so that the tests
+// can connect before they listen. (Listening on port 0 takes a port
+// too: TestListenPortZero.)
+func tcpAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "tcp:" + ln.Addr().String()
 }
 
 // newStack returns a stack that is closed at the end of the test.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/exsgo/exs/exs"
 	"github.com/exsgo/exs/verbs/shm"
+	"github.com/exsgo/exs/verbs/tcp"
 )
 
 // ExsClient measures exs against an exsperf server at an address of
@@ -31,7 +32,7 @@ type ExsClient struct {
 }
 
 // DialExs returns the transport that measures exs against an exsperf server
-// at addr, an address of the same-host provider ("exs-net"): it opens the
+// at addr, an address of the same-host or the TCP provider ("exs-net"): it opens the
 // control connection, which Close closes.
 func DialExs(ctx context.Context, addr string) (*ExsClient, error) {
 	return dialExs(ctx, "exs-net", "exs sockets to an exsperf server at "+addr+" (CPU per side: RUSAGE_SELF of each process)", addr)
@@ -39,15 +40,11 @@ func DialExs(ctx context.Context, addr string) (*ExsClient, error) {
 
 // dialExs opens the control connection to the server at addr.
 func dialExs(ctx context.Context, name, about, addr string) (*ExsClient, error) {
-	prov, err := shm.New()
+	st, prov, err := exsStackFor(addr)
 	if err != nil {
 		return nil, err
 	}
 	t := &ExsClient{name: name, about: about, addr: addr, prov: prov}
-	st, err := exs.NewStack(exs.WithProvider("shm", t.prov))
-	if err != nil {
-		return nil, err
-	}
 	q, err := st.Qcreate(4)
 	var s *exs.Socket
 	if err == nil {
@@ -135,17 +132,13 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	if rep.Err != "" {
 		return exsEnd{}, fmt.Errorf("server: %s", rep.Err)
 	}
-	// A provider per data connection; its statistics are that
+	// Over shm: a provider per data connection; its statistics are that
 	// connection's.
-	prov, err := shm.New()
+	st, prov, err := exsStackFor(t.addr, exsSocketOptions(p, p.Wait)...)
 	if err != nil {
 		return exsEnd{}, err
 	}
 	t.prov = prov
-	st, err := exs.NewStack(append(exsSocketOptions(p, p.Wait), exs.WithProvider("shm", t.prov))...)
-	if err != nil {
-		return exsEnd{}, err
-	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := exsDial(cctx, st, rep.Addr, p)
@@ -159,7 +152,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 // noteCMA records what the same-host provider says of the connections it
 // has now.
 func (t *ExsClient) noteCMA() {
-	for _, c := range t.prov.Stats() {
+	for _, c := range shmStats(t.prov) {
 		if c.CMA {
 			t.cma = fmt.Sprintf("the same-host provider copies with cross-memory attach (process_vm_writev/readv) or, into the peer's shared memory, with copy(); on the sender's last connection: %d one-sided copies by process_vm_writev/readv, %d by copy() into shared memory, %d ring messages, %d target copies, %d receiver sleeps", c.Direct, c.Shared, c.RingMessages, c.TargetCopies, c.Sleeps)
 		} else {
@@ -203,7 +196,7 @@ func (np *exsNetPair) Stream(ctx context.Context, warmup, d time.Duration) (Resu
 	m[1] = sockMark{time.Now(), 0, snd.sent.Load(), processCPU(), e.s.Stats()}
 	t.noteCMA()
 	if os.Getenv(statsEnv) != "" {
-		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, t.prov.Stats())
+		printStats(os.Stderr, fmt.Sprintf("%v %v sender", np.p.Mode, np.p.Size), m[0].stats, m[1].stats, shmStats(t.prov))
 	}
 	// Closing the stack ends the data connection, the sender's operations
 	// and the server's side.
@@ -244,9 +237,13 @@ func (np *exsNetPair) PingPong(ctx context.Context, warmup, d time.Duration, w W
 }
 
 // ExsAddr returns the address of exs over a provider that crosses
-// processes that s names, "shm:PATH" (or "exs+shm:PATH"), and whether it
-// names one.
+// processes that s names, "shm:PATH" (or "exs+shm:PATH") or
+// "exs+tcp:HOST:PORT" (exs over the TCP provider; plain "tcp:" is the TCP
+// anchor's), and whether it names one.
 func ExsAddr(s string) (string, bool) {
+	if hp, ok := strings.CutPrefix(s, "exs+"+tcp.Scheme); ok && hp != "" {
+		return tcp.Scheme + hp, true
+	}
 	s = strings.TrimPrefix(s, "exs+")
 	if strings.HasPrefix(s, shm.Scheme) && len(s) > len(shm.Scheme) {
 		return s, true
@@ -269,8 +266,9 @@ const peerProcs = 1
 // connection or its stdin closes.
 type exsProcTransport struct {
 	*ExsClient
-	dir  string
-	peer *peerProc
+	dir     string
+	peer    *peerProc
+	cleanup func() error // after the child has gone (nil: none)
 }
 
 // startExsProc starts the child and connects to it.
@@ -281,25 +279,37 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 		return nil, fmt.Errorf("starting the peer process: %w", err)
 	}
 	t := &exsProcTransport{dir: dir}
+	addr := shm.Scheme + filepath.Join(dir, "peer")
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	if err := t.start(ctx, "exs-shm", about, addr, nil); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// start starts the child with the command line via (nil: none), listening
+// on addr ("exs+" taken off) and connects to the address it announces;
+// after a failure it closes t.
+func (t *exsProcTransport) start(ctx context.Context, name, about, addr string, via []string) (err error) {
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.Close())
 		}
 	}()
-	addr := shm.Scheme + filepath.Join(dir, "peer")
 	var line string
-	if t.peer, line, err = startPeer(ctx, "peer", "--listen", addr, "--procs", strconv.Itoa(peerProcs)); err != nil {
-		return nil, err
+	if t.peer, line, err = startPeerVia(ctx, via, "peer", "--listen", addr, "--procs", strconv.Itoa(peerProcs)); err != nil {
+		return err
 	}
-	if strings.TrimSpace(line) != "listening "+addr {
-		return nil, fmt.Errorf("the peer process did not start (it said %q)", short(line))
+	want, _ := ExsAddr(addr)
+	got, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if !ok || (!strings.HasSuffix(want, ":0") && got != want) {
+		return fmt.Errorf("the peer process did not start (it said %q)", short(line))
 	}
-	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
-	if t.ExsClient, err = dialExs(ctx, "exs-shm", about, addr); err != nil {
-		return nil, err
+	if t.ExsClient, err = dialExs(ctx, name, about, got); err != nil {
+		return err
 	}
 	t.procs = peerProcs
-	return t, nil
+	return nil
 }
 
 // notes says which path the same-host provider used.
@@ -312,8 +322,8 @@ func (t *exsProcTransport) notes() []string {
 
 // Close ends the control connection and the child (it exits when either
 // its control connection or its stdin closes; it is killed if it has not
-// within peerExitTimeout) and removes the directory. It returns every
-// error of these steps.
+// within peerExitTimeout), removes the directory and runs the cleanup. It
+// returns every error of these steps.
 func (t *exsProcTransport) Close() error {
 	var errs []error
 	if t.ExsClient != nil {
@@ -326,6 +336,10 @@ func (t *exsProcTransport) Close() error {
 	if t.dir != "" {
 		errs = append(errs, os.RemoveAll(t.dir))
 		t.dir = ""
+	}
+	if t.cleanup != nil {
+		errs = append(errs, t.cleanup())
+		t.cleanup = nil
 	}
 	return errors.Join(errs...)
 }

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/exsgo/exs/exs"
 	"github.com/exsgo/exs/verbs/shm"
+	"github.com/exsgo/exs/verbs/tcp"
 	"go.uber.org/zap"
 )
 
@@ -20,7 +23,8 @@ import (
 // it for its whole run. Each measurement is a request on it (4-byte
 // big-endian length, then JSON, as for TCP) naming the test, the mode and
 // the parameters; the server listens on ADDR.N (N counting its
-// measurements) with that mode, answers {"addr": "ADDR.N"}, accepts one
+// measurements; over TCP, ADDR's host on a port the system chooses) with
+// that mode, answers with that address, accepts one
 // data connection there and runs its side of the test:
 //
 //   - stream: the client sends, the server receives and times Warmup then
@@ -103,13 +107,10 @@ type ExsServer struct {
 }
 
 // ListenExs listens for exsperf clients on addr, an address of the
-// same-host provider, logging sessions to log.
+// same-host provider (shm:PATH) or of the TCP provider (tcp:HOST:PORT; port
+// 0 gets one from the system, which Addr reports), logging sessions to log.
 func ListenExs(addr string, log *zap.Logger) (*ExsServer, error) {
-	prov, err := shm.New()
-	if err != nil {
-		return nil, err
-	}
-	st, err := exs.NewStack(exs.WithProvider("shm", prov))
+	st, prov, err := exsStackFor(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +130,44 @@ func ListenExs(addr string, log *zap.Logger) (*ExsServer, error) {
 		st.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	return &ExsServer{st: st, ln: ln, q: q, addr: addr, prov: prov, log: log}, nil
+	return &ExsServer{st: st, ln: ln, q: q, addr: ln.Addr(), prov: prov, log: log}, nil
+}
+
+// exsStackFor returns a stack that reaches addr, with the options opts: over
+// a same-host provider of its own (returned, for its statistics) for
+// shm:PATH, over exs's default TCP provider for tcp:HOST:PORT (nil
+// returned).
+func exsStackFor(addr string, opts ...exs.StackOption) (*exs.Stack, *shm.Provider, error) {
+	if !strings.HasPrefix(addr, shm.Scheme) {
+		st, err := exs.NewStack(opts...)
+		return st, nil, err
+	}
+	prov, err := shm.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := exs.NewStack(append(opts, exs.WithProvider("shm", prov))...)
+	return st, prov, err
+}
+
+// dataAddr is where a server listens for its seq-th data connection:
+// ADDR.seq for shm:ADDR, the control connection's host on a port of the
+// system's choosing for tcp:HOST:PORT.
+func dataAddr(ctl string, seq int) string {
+	if hp, ok := strings.CutPrefix(ctl, tcp.Scheme); ok {
+		if host, _, err := net.SplitHostPort(hp); err == nil {
+			return tcp.Scheme + net.JoinHostPort(host, "0")
+		}
+	}
+	return ctl + "." + strconv.Itoa(seq)
+}
+
+// shmStats returns the same-host provider's statistics, none for nil.
+func shmStats(p *shm.Provider) []shm.ConnStats {
+	if p == nil {
+		return nil
+	}
+	return p.Stats()
 }
 
 // Addr is the address the server listens on.
@@ -199,17 +237,12 @@ func (s *ExsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
 	s.seq++
-	addr := s.addr + "." + strconv.Itoa(s.seq)
-	prov, err := shm.New()
-	if err != nil {
-		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
-	}
-	st, err := exs.NewStack(append(exsSocketOptions(p, w), exs.WithProvider("shm", prov))...)
+	st, prov, err := exsStackFor(s.addr, exsSocketOptions(p, w)...)
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
 	defer closeStack(st)
-	ls, err := exsListen(st, addr)
+	ls, err := exsListen(st, dataAddr(s.addr, s.seq))
 	var q *exs.Queue
 	if err == nil {
 		q, err = exsQueue(st, p)
@@ -220,7 +253,7 @@ func (s *ExsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 	if err != nil {
 		return writeMsg(ctl, exsReply{reply: reply{Err: err.Error()}})
 	}
-	if err := writeMsg(ctl, exsReply{Addr: addr}); err != nil {
+	if err := writeMsg(ctl, exsReply{Addr: ls.Addr()}); err != nil {
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -250,7 +283,7 @@ func (s *ExsServer) measurement(ctx context.Context, ctl *exsCtl, req exsRequest
 			ss[edge-1] = e.s.Stats()
 			if edge == edgeEnd {
 				if os.Getenv(statsEnv) != "" {
-					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], prov.Stats())
+					printStats(os.Stderr, fmt.Sprintf("%v %v receiver", p.Mode, p.Size), ss[0], ss[1], shmStats(prov))
 				}
 				r := exsReply{reply: reply{Bytes: m[1].bytes - m[0].bytes, Elapsed: m[1].at.Sub(m[0].at),
 					CPUProc: cpuDelta(m[0].proc, m[1].proc), CPUThread: cpuDelta(m[0].thread, m[1].thread)}.warmed(&win)}

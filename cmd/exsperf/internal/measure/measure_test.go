@@ -160,7 +160,7 @@ func TestOpen(t *testing.T) {
 	if !errors.Is(err, ErrUnknownTransport) || err.Error() != `unknown transport "carrier-pigeon" (want auto, `+Names()+")" {
 		t.Errorf("Open(carrier-pigeon): %v", err)
 	}
-	if Names() != "exs-shm, exs, engine, tcp, tcp-proc" {
+	if Names() != "exs-shm, exs-tcp, exs-tcp-netns, exs, engine, tcp, tcp-proc" {
 		t.Errorf("Names() = %q", Names())
 	}
 	for _, name := range []string{"exs", "engine", "tcp", "tcp-proc"} {

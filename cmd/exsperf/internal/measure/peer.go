@@ -40,11 +40,18 @@ var (
 // first line of output. A peer that does not print that line within
 // peerStartTimeout, or before ctx is done, is killed.
 func startPeer(ctx context.Context, args ...string) (*peerProc, string, error) {
+	return startPeerVia(ctx, nil, args...)
+}
+
+// startPeerVia is startPeer with the command run by the command line
+// via, for instance "ip netns exec NAME" (nil: none).
+func startPeerVia(ctx context.Context, via []string, args ...string) (*peerProc, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", fmt.Errorf("starting the peer process: %w", err)
 	}
-	cmd := exec.Command(exe, args...)
+	argv := append(append(append([]string(nil), via...), exe), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), PeerEnv+"=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()

@@ -14,6 +14,8 @@ var Transports = []struct {
 	make func() (Transport, error)
 }{
 	{"exs-shm", "exs sockets to a child exsperf process over the same-host provider (shm:, Linux)", func() (Transport, error) { return startExsProc(context.Background()) }},
+	{"exs-tcp", "exs sockets to a child exsperf process over the TCP provider on loopback (tcp:, Linux)", func() (Transport, error) { return startExsTCP(context.Background()) }},
+	{"exs-tcp-netns", "exs sockets to a child exsperf process in another network namespace, over the TCP provider and a veth pair (Linux, root, iproute2)", func() (Transport, error) { return startExsTCPNetns(context.Background()) }},
 	{"exs", "exs sockets over the in-process verbs provider, both sides in this process", func() (Transport, error) { return exsTransport{}, nil }},
 	{"engine", "dynproto engines over process memory, one goroutine (protocol cost only)", func() (Transport, error) { return Engine{}, nil }},
 	{"tcp", "plain Go TCP over loopback, two goroutines in this process (anchor)", func() (Transport, error) { return &tcpTransport{}, nil }},

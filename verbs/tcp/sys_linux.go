@@ -1,0 +1,229 @@
+package tcp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdOf returns the descriptor of c. The provider writes with its own
+// system calls (non-blocking writev under the link's lock) and reads with
+// c.Read; it closes c only once no goroutine uses the descriptor.
+func fdOf(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// errWouldBlock reports a non-blocking call that found nothing to do.
+var errWouldBlock = syscall.EAGAIN
+
+// iovecs is a reusable vector for writev. It is thread-compatible.
+type iovecs struct{ v []unix.Iovec }
+
+// maxIov is the most buffers one writev takes (IOV_MAX).
+const maxIov = 1024
+
+// writev writes bufs (at most maxIov non-empty ones) to fd without
+// blocking: it returns the bytes written, or errWouldBlock if the socket
+// took none.
+func (x *iovecs) writev(fd int, bufs [][]byte) (int, error) {
+	x.v = x.v[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		v := unix.Iovec{Base: &b[0]}
+		v.SetLen(len(b))
+		x.v = append(x.v, v)
+	}
+	if len(x.v) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&x.v[0])), uintptr(len(x.v)))
+		switch e {
+		case 0:
+			clear(x.v) // no pointers kept
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			clear(x.v)
+			return 0, errWouldBlock
+		}
+		clear(x.v)
+		return 0, e
+	}
+}
+
+// sockReader reads a connection with read(2) called directly, waiting in
+// the runtime's poller when there is nothing to read (and honouring the
+// connection's read deadline). The kernel copies the bytes into the
+// caller's memory, as a NIC's DMA would: the race detector does not see
+// those copies, as it does not see the peer's, so that memory placed for a
+// peer and read after a completion that came back through the socket is
+// not reported as a race. It is thread-compatible and does not allocate.
+//
+// idle, if set, is called when a Read finds nothing to read, before it
+// waits.
+type sockReader struct {
+	rc    syscall.RawConn
+	idle  func()
+	p, q  []byte // q: a second buffer, for ReadVec
+	iov   [2]unix.Iovec
+	n     int
+	err   error
+	waits bool // this Read already called idle
+	fn    func(uintptr) bool
+}
+
+func newSockReader(c *net.TCPConn) (*sockReader, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	r := &sockReader{rc: rc}
+	r.fn = r.read
+	return r, nil
+}
+
+func (r *sockReader) read(fd uintptr) bool {
+	for {
+		var n uintptr
+		var e syscall.Errno
+		if r.q != nil {
+			n, e = readv2(fd, &r.iov, r.p, r.q)
+		} else {
+			n, _, e = unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		}
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if !r.waits && r.idle != nil {
+				r.waits = true
+				r.idle()
+				continue // what idle did may have taken a while
+			}
+			return false
+		case 0:
+			r.n = int(n)
+		default:
+			r.err = e
+		}
+		return true
+	}
+}
+
+// Read reads at least one byte into p, waiting for it; io.EOF at the end
+// of the stream.
+func (r *sockReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p = p
+	err := r.rc.Read(r.fn)
+	n := r.n
+	if err == nil {
+		err = r.err
+	}
+	r.p, r.q, r.n, r.err, r.waits = nil, nil, 0, nil, false
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// ReadVec reads at least one byte into a and then b (b only once a is
+// full), with one readv, waiting for it.
+func (r *sockReader) ReadVec(a, b []byte) (int, error) {
+	if len(b) == 0 {
+		return r.Read(a)
+	}
+	r.q = b
+	return r.Read(a)
+}
+
+// readv2 reads into a then b with one readv(2).
+func readv2(fd uintptr, iov *[2]unix.Iovec, a, b []byte) (uintptr, syscall.Errno) {
+	iov[0] = unix.Iovec{Base: &a[0]}
+	iov[0].SetLen(len(a))
+	iov[1] = unix.Iovec{Base: &b[0]}
+	iov[1].SetLen(len(b))
+	n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), 2)
+	*iov = [2]unix.Iovec{}
+	return n, e
+}
+
+// readNB reads what fd holds now, without waiting: errWouldBlock if
+// nothing, io.EOF at the end of the stream.
+type readNB int
+
+func (fd readNB) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case 0:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			return int(n), nil
+		}
+		return 0, e
+	}
+}
+
+// peerClosed reports whether the peer shut down its side of the
+// connection (or it failed), even with data still unread.
+func peerClosed(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+	}
+}
+
+// maxSegment returns the connection's maximum segment size, or 0.
+func maxSegment(fd int) int {
+	n, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// setCongestion sets the socket's TCP congestion control.
+func setCongestion(fd int, name string) error {
+	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+}
+
+// congestion returns the socket's TCP congestion control.
+func congestion(fd int) string {
+	s, err := unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	if err != nil {
+		return ""
+	}
+	return s
+}
