@@ -18,7 +18,8 @@ import (
 //
 // For each mutant it builds and runs this package's tests with the mutant's
 // build tag (go test -tags <tag> -run TestMutantCaught), and fails if any
-// mutant survives. EXS_PROOFS_DEEP is passed on.
+// mutant survives. EXS_PROOFS_DEEP is passed on. The hunts run in
+// parallel, -parallel (GOMAXPROCS by default) at a time.
 func TestAllMutants(t *testing.T) {
 	if os.Getenv("EXS_PROOFS_MUTANTS") == "" {
 		t.Skip("set EXS_PROOFS_MUTANTS=1 to run the mutant campaign")
@@ -31,6 +32,9 @@ func TestAllMutants(t *testing.T) {
 	for _, m := range hook.Mutants {
 		tag := m.Tag
 		t.Run(tag, func(t *testing.T) {
+			// Each hunt is one process checking on one CPU: as many run
+			// at once as go test's -parallel allows (GOMAXPROCS).
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, goBin, "test", "-count=1", "-tags", tag,
