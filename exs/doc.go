@@ -162,6 +162,14 @@
 // already queued stay dequeuable after the delete, then Dequeue returns
 // ErrClosed.
 //
+// Cap and Len read a queue's depth and the events queued, Outstanding the
+// operations whose events are still to come. To wait on several queues,
+// or on a queue and other I/O, at once, use a queue's signal: the channel
+// of Queue.Signal (for a select) or the descriptor of Queue.SignalFD (an
+// eventfd, for poll and epoll loops) is ready while events are queued and
+// cleared by the dequeue that empties the queue. Neither starts a
+// goroutine; Qdelete closes the descriptor.
+//
 // # Goroutines
 //
 // A stack runs one goroutine per listening socket and one per connected

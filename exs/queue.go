@@ -96,6 +96,9 @@ type Queue struct {
 	// operation closes a deleted queue.
 	state atomic.Int64
 
+	// sig is the queue's signal, nil until Signal or SignalFD is called.
+	sig atomic.Pointer[qsignal]
+
 	// Errors returned without allocating.
 	errTimeout, errClosed error
 }
@@ -182,6 +185,7 @@ func (q *Queue) delete(force bool) error {
 	if force || v == 0 {
 		q.eq.Close()
 	}
+	q.closeSignal()
 	return nil
 }
 
@@ -223,6 +227,9 @@ func (q *Queue) unreserve() {
 func (q *Queue) post(ev Event) {
 	q.state.Add(queuePosting - 1)
 	q.eq.PostReserved(ev)
+	if s := q.sig.Load(); s != nil {
+		s.raise()
+	}
 	if h := testHookPosted.Load(); h != nil {
 		(*h)(q)
 	}
@@ -235,6 +242,9 @@ func (q *Queue) postBatch(evs []Event) {
 	n := int64(len(evs))
 	q.state.Add(n * (queuePosting - 1))
 	q.eq.PostReservedBatch(evs)
+	if s := q.sig.Load(); s != nil {
+		s.raise()
+	}
 	if h := testHookPosted.Load(); h != nil {
 		(*h)(q)
 	}
@@ -245,10 +255,11 @@ func (q *Queue) postBatch(evs []Event) {
 // operation stops posting (tests of Qdelete racing a post).
 var testHookPosted atomic.Pointer[func(*Queue)]
 
-// Cap returns the queue's depth.
+// Cap returns the queue's depth (EXS_QATTR_DEPTH).
 func (q *Queue) Cap() int { return q.eq.Cap() }
 
-// Len returns the number of events queued.
+// Len returns the number of events queued (EXS_QATTR_EVENTS): events
+// that Dequeue can take now.
 func (q *Queue) Len() int { return q.eq.Len() }
 
 // Outstanding returns the number of operations posted with q whose events
@@ -258,7 +269,11 @@ func (q *Queue) Outstanding() int { return int(q.state.Load() & queuePendingMask
 
 // TryDequeue moves up to len(events) queued events, oldest first, into
 // events and returns how many. It never waits.
-func (q *Queue) TryDequeue(events []Event) int { return q.eq.TryDequeue(events) }
+func (q *Queue) TryDequeue(events []Event) int {
+	n := q.eq.TryDequeue(events)
+	q.afterDequeue()
+	return n
+}
 
 // Dequeue moves queued events, oldest first, into events once at least min
 // are queued (0 <= min <= len(events)) and returns how many, at most
@@ -269,6 +284,7 @@ func (q *Queue) TryDequeue(events []Event) int { return q.eq.TryDequeue(events) 
 // error matching ErrClosed. Dequeue does not allocate.
 func (q *Queue) Dequeue(events []Event, min int, timeout time.Duration) (int, error) {
 	n, err := q.eq.Dequeue(events, min, timeout)
+	q.afterDequeue()
 	return n, q.err(err)
 }
 
@@ -277,6 +293,7 @@ func (q *Queue) Dequeue(events []Event, min int, timeout time.Duration) (int, er
 // ctx.Err().
 func (q *Queue) DequeueContext(ctx context.Context, events []Event, min int) (int, error) {
 	n, err := q.eq.DequeueContext(ctx, events, min)
+	q.afterDequeue()
 	return n, q.err(err)
 }
 
