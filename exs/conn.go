@@ -420,11 +420,15 @@ func (c *conn) apply() {
 		case opShutdown:
 			c.acts = c.eng.Shutdown(c.acts)
 			c.shutOps = append(c.shutOps, idx)
-		case opCancel:
+		case opCancel, opCancelOne:
 			c.exec()
 			s.mu.Lock()
 			s.cancelReq = false
 			s.mu.Unlock()
+			if o.kind == opCancelOne && !s.cancelTarget(o) {
+				s.complete(idx, 0, ErrNotFound, nil)
+				continue
+			}
 			n := 0
 			if !c.eng.Dead() {
 				c.abort(ErrCanceled)

@@ -132,8 +132,12 @@
 // discards what that socket has received and not yet handed to a recv,
 // releases the socket and posts EventClose last. Cancel completes every
 // outstanding operation with ECANCELED and ends the connection too, since a
-// stream cannot skip bytes. Neither Close nor Cancel ever waits for the
-// peer.
+// stream cannot skip bytes. CancelOp cancels one operation, named by its
+// user value: an accept alone, but an operation of a connection (connect,
+// send, recv, shutdown) only by ending the connection as Cancel does, for
+// the same reason; a canceled recv reports the bytes it holds. An
+// operation already complete is not found (ErrNotFound, ENOENT). Neither
+// Close nor Cancel ever waits for the peer.
 //
 // The close rule, as TCP keeps it: a byte whose send completed is never
 // lost because the peer closed. After the peer's Close (or Cancel, or its

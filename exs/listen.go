@@ -42,6 +42,8 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 				}
 				s.complete(idx, len(accepts), nil, nil)
 				accepts = accepts[:0]
+			case opCancelOne:
+				accepts = s.cancelAccept(idx, accepts)
 			}
 		}
 		s.flushDone()
@@ -167,4 +169,19 @@ func (s *Socket) acceptConn(req *verbs.ConnRequest, peer *hello) (*Socket, error
 	}
 	s.log.Debug("accepted", zap.String("addr", s.addr), zap.Stringer("mode", s.cfg.mode), zap.Stringer("type", s.typ))
 	return ns, nil
+}
+
+// cancelAccept carries out CancelOp idx on a listening socket: the accept
+// it names completes alone, if still posted.
+func (s *Socket) cancelAccept(idx int32, accepts []int32) []int32 {
+	o := &s.ops[idx]
+	for i, a := range accepts {
+		if a == o.target && s.cancelTarget(o) {
+			s.complete(a, 0, ErrCanceled, nil)
+			s.complete(idx, 1, nil, nil)
+			return append(accepts[:i], accepts[i+1:]...)
+		}
+	}
+	s.complete(idx, 0, ErrNotFound, nil)
+	return accepts
 }

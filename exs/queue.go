@@ -32,8 +32,9 @@ const (
 	// EventClose completes Socket.Close. It is the last event the socket
 	// posts.
 	EventClose
-	// EventCancel completes Socket.Cancel; Event.N is the number of
-	// operations canceled.
+	// EventCancel completes Socket.Cancel and Socket.CancelOp; Event.N is
+	// the number of operations canceled, and a CancelOp whose operation
+	// completed first fails with ErrNotFound.
 	EventCancel
 )
 
