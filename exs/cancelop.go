@@ -25,9 +25,9 @@ type slotInfo struct {
 //
 // What a cancel of one operation does depends on where it is outstanding:
 //
-//   - An accept on a listening socket completes alone with ECANCELED
-//     (N 1); the socket keeps listening and its other accepts stay
-//     posted.
+//   - An accept on a listening socket, or a poll, completes alone with
+//     ECANCELED (N 1); the socket keeps listening, or its connection goes
+//     on, and its other operations stay posted.
 //   - A connect, send, recv or shutdown belongs to a connection, whose
 //     bytes go through the protocol engine in order: a stream cannot skip
 //     the bytes of one operation and carry on, and a message stream

@@ -110,12 +110,13 @@ type conn struct {
 	backlog   fifo.Queue[dynproto.Action] // actions waiting for room in the send queue
 	cmds      []int32
 	shutOps   []int32
-	pending   error // a failure to handle at the next safe point
-	failed    bool  // the queue pair is gone
-	graceful  bool  // it went after both ends had shut down (and this end's sends completed)
-	lostSends bool  // it went with sends not complete: they failed, and so do the shutdowns after them
-	deadErr   error // why the engine was aborted, or why the connection went
-	canceled  int   // operations completed by the last abort
+	polls     []int32 // Socket.Poll operations waiting for their conditions
+	pending   error   // a failure to handle at the next safe point
+	failed    bool    // the queue pair is gone
+	graceful  bool    // it went after both ends had shut down (and this end's sends completed)
+	lostSends bool    // it went with sends not complete: they failed, and so do the shutdowns after them
+	deadErr   error   // why the engine was aborted, or why the connection went
+	canceled  int     // operations completed by the last abort
 }
 
 // newConn sets up the verbs resources of a connection end of socket s on
@@ -394,6 +395,9 @@ func (c *conn) loop() {
 			c.exec()
 		}
 		c.checkShutdowns()
+		if len(c.polls) > 0 {
+			c.polls = s.checkPolls(c.polls, c.pollHolds())
+		}
 		if busy || len(s.done) > 0 {
 			// Before the events: a Stats call after an event counts its
 			// operation.
@@ -420,14 +424,23 @@ func (c *conn) apply() {
 		case opShutdown:
 			c.acts = c.eng.Shutdown(c.acts)
 			c.shutOps = append(c.shutOps, idx)
+		case opPoll:
+			c.polls = append(c.polls, idx)
 		case opCancel, opCancelOne:
 			c.exec()
 			s.mu.Lock()
 			s.cancelReq = false
 			s.mu.Unlock()
-			if o.kind == opCancelOne && !s.cancelTarget(o) {
-				s.complete(idx, 0, ErrNotFound, nil)
-				continue
+			if o.kind == opCancelOne {
+				var found bool
+				if c.polls, found = s.cancelPoll(o, c.polls); found {
+					s.complete(idx, 1, nil, nil)
+					continue
+				}
+				if !s.cancelTarget(o) {
+					s.complete(idx, 0, ErrNotFound, nil)
+					continue
+				}
 			}
 			n := 0
 			if !c.eng.Dead() {
@@ -436,6 +449,8 @@ func (c *conn) apply() {
 				n = c.canceled
 				n += c.failShutdowns()
 			}
+			n += s.failPolls(c.polls, ErrCanceled)
+			c.polls = c.polls[:0]
 			s.complete(idx, n, nil, nil)
 		}
 	}
@@ -768,6 +783,8 @@ func (c *conn) close() {
 		c.deadErr = errClosedCanceled
 	}
 	c.failShutdowns()
+	c.s.failPolls(c.polls, errClosedCanceled)
+	c.polls = nil
 	c.s.publish(c.eng.Stats())
 	c.s.flushDone()
 	c.destroy()

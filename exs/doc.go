@@ -33,7 +33,8 @@
 //
 // # Operations and events
 //
-// Accept, Connect, Send, Recv, Shutdown, Close and Cancel are asynchronous:
+// Accept, Connect, Send, Recv, Shutdown, Close, Cancel, CancelOp and Poll
+// are asynchronous:
 // each returns at once, and each one it accepts (the call returns nil)
 // posts exactly one Event, to the Queue named in the call, when it
 // completes. The Event says which operation (Type), on which Socket, with
@@ -58,6 +59,10 @@
 // one message that fills one recv; a message longer than its recv fails
 // both with EMSGSIZE; an empty message completes its recv with N 0 and EOF
 // not set.
+//
+// Poll posts a readiness poll (PollIn, PollOut) that completes with one
+// EventPoll when a condition holds; it is a notification, not a
+// reservation.
 //
 // Sends and recvs may be posted as soon as Connect has been posted: they
 // start when the connection is up, and fail with the connect's error if it

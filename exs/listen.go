@@ -23,6 +23,7 @@ type pendingReq struct {
 // once the socket is closed (or the listener broke).
 func (s *Socket) acceptLoop(l *verbs.Listener) {
 	var accepts []int32 // posted accepts, oldest first
+	var polls []int32   // posted polls
 	var waiting []pendingReq
 	var cmds []int32
 	var lerr error // why the listener broke
@@ -40,10 +41,18 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 				for _, a := range accepts {
 					s.complete(a, 0, ErrCanceled, nil)
 				}
-				s.complete(idx, len(accepts), nil, nil)
-				accepts = accepts[:0]
+				n := len(accepts) + s.failPolls(polls, ErrCanceled)
+				s.complete(idx, n, nil, nil)
+				accepts, polls = accepts[:0], polls[:0]
 			case opCancelOne:
-				accepts = s.cancelAccept(idx, accepts)
+				var found bool
+				if polls, found = s.cancelPoll(&s.ops[idx], polls); found {
+					s.complete(idx, 1, nil, nil)
+				} else {
+					accepts = s.cancelAccept(idx, accepts)
+				}
+			case opPoll:
+				polls = append(polls, idx)
 			}
 		}
 		s.flushDone()
@@ -63,6 +72,9 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 			}
 			s.complete(accepts[0], 0, nil, ns)
 			accepts = accepts[1:]
+		}
+		if len(polls) > 0 && len(waiting) > 0 {
+			polls = s.checkPolls(polls, PollIn)
 		}
 		s.flushDone()
 
@@ -112,6 +124,7 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 	for _, a := range accepts {
 		s.complete(a, 0, err, nil)
 	}
+	s.failPolls(polls, err)
 	s.flushDone()
 	s.finish(err, 0)
 }

@@ -36,9 +36,12 @@ const (
 	// the number of operations canceled, and a CancelOp whose operation
 	// completed first fails with ErrNotFound.
 	EventCancel
+	// EventPoll completes Socket.Poll; Event.Revents tells which of the
+	// conditions polled for hold.
+	EventPoll
 )
 
-var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel"}
+var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll"}
 
 // String returns the name of the operation, such as "send".
 func (t EventType) String() string {
@@ -59,7 +62,8 @@ type Event struct {
 	// User is the value passed with the operation.
 	User any
 	// N is the byte count of a send or recv, the number of operations
-	// canceled by a cancel, and 0 otherwise.
+	// canceled by a cancel, the PollEvents that hold for a poll (see
+	// Revents), and 0 otherwise.
 	N int
 	// Err is nil on success, otherwise an *OpError whose cause keeps its
 	// errno: ECONNRESET, ECONNABORTED, ECANCELED, EPIPE, EMSGSIZE,

@@ -65,9 +65,10 @@ const (
 	opShutdown
 	opCancel
 	opCancelOne // CancelOp: cancel the operation in slot target
+	opPoll
 )
 
-var opNames = [...]string{"", "send", "recv", "accept", "connect", "shutdown", "cancel", "cancel"}
+var opNames = [...]string{"", "send", "recv", "accept", "connect", "shutdown", "cancel", "cancel", "poll"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -83,6 +84,8 @@ func (k opKind) event() EventType {
 		return EventConnect
 	case opShutdown:
 		return EventShutdown
+	case opPoll:
+		return EventPoll
 	}
 	return EventCancel
 }
@@ -93,7 +96,8 @@ func (k opKind) event() EventType {
 type op struct {
 	kind    opKind
 	waitAll bool
-	tmp     bool // mr was registered for this operation alone
+	tmp     bool       // mr was registered for this operation alone
+	poll    PollEvents // the conditions a poll waits for
 	q       *Queue
 	user    any
 	buf     []byte
