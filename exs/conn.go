@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -111,12 +112,16 @@ type conn struct {
 	cmds      []int32
 	shutOps   []int32
 	polls     []int32 // Socket.Poll operations waiting for their conditions
-	pending   error   // a failure to handle at the next safe point
-	failed    bool    // the queue pair is gone
-	graceful  bool    // it went after both ends had shut down (and this end's sends completed)
-	lostSends bool    // it went with sends not complete: they failed, and so do the shutdowns after them
-	deadErr   error   // why the engine was aborted, or why the connection went
-	canceled  int     // operations completed by the last abort
+	sendTO    []timed // operations whose timeouts are watched (WithOpTimeout)
+	recvTO    []timed
+	deadline  time.Time   // the earliest of their deadlines, zero if none
+	timer     *time.Timer // wakes idle at deadline
+	pending   error       // a failure to handle at the next safe point
+	failed    bool        // the queue pair is gone
+	graceful  bool        // it went after both ends had shut down (and this end's sends completed)
+	lostSends bool        // it went with sends not complete: they failed, and so do the shutdowns after them
+	deadErr   error       // why the engine was aborted, or why the connection went
+	canceled  int         // operations completed by the last abort
 }
 
 // newConn sets up the verbs resources of a connection end of socket s on
@@ -398,6 +403,7 @@ func (c *conn) loop() {
 		if len(c.polls) > 0 {
 			c.polls = s.checkPolls(c.polls, c.pollHolds())
 		}
+		c.deadline = c.checkTimeouts()
 		if busy || len(s.done) > 0 {
 			// Before the events: a Stats call after an event counts its
 			// operation.
@@ -417,9 +423,11 @@ func (c *conn) apply() {
 		o := &s.ops[idx]
 		switch o.kind {
 		case opSend:
+			c.watch(idx)
 			c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
 			queued = true
 		case opRecv:
+			c.watch(idx)
 			c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
 		case opShutdown:
 			c.acts = c.eng.Shutdown(c.acts)
@@ -785,6 +793,9 @@ func (c *conn) close() {
 	c.failShutdowns()
 	c.s.failPolls(c.polls, errClosedCanceled)
 	c.polls = nil
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	c.s.publish(c.eng.Stats())
 	c.s.flushDone()
 	c.destroy()
@@ -804,9 +815,11 @@ func (c *conn) idle() {
 		s.sleeping.Store(false)
 		return
 	}
+	timeout := c.timeoutC()
 	select {
 	case <-s.wake:
 	case <-c.cq.Notify():
+	case <-timeout:
 	}
 	s.sleeping.Store(false)
 	s.gstats.Wakeups++
@@ -820,7 +833,7 @@ func (c *conn) spin() bool {
 	if s.cfg.wait == WaitAdaptive {
 		sp = spin.For(s.cfg.spin)
 	}
-	for s.ncmd.Load() == 0 && c.cq.Len() == 0 {
+	for s.ncmd.Load() == 0 && c.cq.Len() == 0 && !c.due() {
 		if sp.Next() != spin.Again {
 			return false
 		}

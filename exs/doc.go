@@ -63,6 +63,9 @@
 // Poll posts a readiness poll (PollIn, PollOut) that completes with one
 // EventPoll when a condition holds; it is a notification, not a
 // reservation.
+// WithOpTimeout makes a send or recv outstanding for too long post one
+// EventSendTimeout or EventRecvTimeout (room for it is reserved with the
+// operation); the operation stays posted.
 //
 // Sends and recvs may be posted as soon as Connect has been posted: they
 // start when the connection is up, and fail with the connect's error if it

@@ -39,9 +39,15 @@ const (
 	// EventPoll completes Socket.Poll; Event.Revents tells which of the
 	// conditions polled for hold.
 	EventPoll
+	// EventSendTimeout reports a send outstanding for longer than its
+	// socket's send timeout (WithOpTimeout); the send stays posted.
+	EventSendTimeout
+	// EventRecvTimeout reports a recv outstanding for longer than its
+	// socket's recv timeout (WithOpTimeout); the recv stays posted.
+	EventRecvTimeout
 )
 
-var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll"}
+var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll", "send timeout", "recv timeout"}
 
 // String returns the name of the operation, such as "send".
 func (t EventType) String() string {

@@ -105,6 +105,7 @@ type op struct {
 	mh      *MHandle
 	mr      *verbs.MR // the registration of buf on the socket's device, if any
 	serial  uint64    // tells the operations of one slot apart (CancelOp)
+	timeout opTimeout // WithOpTimeout's deadline and its reserved event
 	target  int32     // the slot CancelOp cancels, with its serial in tserial
 	tserial uint64
 }
@@ -524,7 +525,7 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 		}
 		o.mr, o.tmp = mr, true
 	}
-	if err := q.reserve(); err != nil {
+	if err := s.reserveOp(&o); err != nil {
 		o.releaseMem()
 		return opErr(name, s.addr, err)
 	}
@@ -763,6 +764,7 @@ func (s *Socket) complete(idx int32, n int, err error, accepted *Socket) {
 		}
 	}
 	o.releaseMem()
+	o.releaseTimeout()
 	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q})
 	s.doneEv = append(s.doneEv, ev)
 	*o = op{}
