@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -110,12 +111,17 @@ type conn struct {
 	backlog   fifo.Queue[dynproto.Action] // actions waiting for room in the send queue
 	cmds      []int32
 	shutOps   []int32
-	pending   error // a failure to handle at the next safe point
-	failed    bool  // the queue pair is gone
-	graceful  bool  // it went after both ends had shut down (and this end's sends completed)
-	lostSends bool  // it went with sends not complete: they failed, and so do the shutdowns after them
-	deadErr   error // why the engine was aborted, or why the connection went
-	canceled  int   // operations completed by the last abort
+	polls     []int32 // Socket.Poll operations waiting for their conditions
+	sendTO    []timed // operations whose timeouts are watched (WithOpTimeout)
+	recvTO    []timed
+	deadline  time.Time   // the earliest of their deadlines, zero if none
+	timer     *time.Timer // wakes idle at deadline
+	pending   error       // a failure to handle at the next safe point
+	failed    bool        // the queue pair is gone
+	graceful  bool        // it went after both ends had shut down (and this end's sends completed)
+	lostSends bool        // it went with sends not complete: they failed, and so do the shutdowns after them
+	deadErr   error       // why the engine was aborted, or why the connection went
+	canceled  int         // operations completed by the last abort
 }
 
 // newConn sets up the verbs resources of a connection end of socket s on
@@ -394,6 +400,10 @@ func (c *conn) loop() {
 			c.exec()
 		}
 		c.checkShutdowns()
+		if len(c.polls) > 0 {
+			c.polls = s.checkPolls(c.polls, c.pollHolds())
+		}
+		c.deadline = c.checkTimeouts()
 		if busy || len(s.done) > 0 {
 			// Before the events: a Stats call after an event counts its
 			// operation.
@@ -413,18 +423,33 @@ func (c *conn) apply() {
 		o := &s.ops[idx]
 		switch o.kind {
 		case opSend:
+			c.watch(idx)
 			c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
 			queued = true
 		case opRecv:
+			c.watch(idx)
 			c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
 		case opShutdown:
 			c.acts = c.eng.Shutdown(c.acts)
 			c.shutOps = append(c.shutOps, idx)
-		case opCancel:
+		case opPoll:
+			c.polls = append(c.polls, idx)
+		case opCancel, opCancelOne:
 			c.exec()
 			s.mu.Lock()
 			s.cancelReq = false
 			s.mu.Unlock()
+			if o.kind == opCancelOne {
+				var found bool
+				if c.polls, found = s.cancelPoll(o, c.polls); found {
+					s.complete(idx, 1, nil, nil)
+					continue
+				}
+				if !s.cancelTarget(o) {
+					s.complete(idx, 0, ErrNotFound, nil)
+					continue
+				}
+			}
 			n := 0
 			if !c.eng.Dead() {
 				c.abort(ErrCanceled)
@@ -432,6 +457,8 @@ func (c *conn) apply() {
 				n = c.canceled
 				n += c.failShutdowns()
 			}
+			n += s.failPolls(c.polls, ErrCanceled)
+			c.polls = c.polls[:0]
 			s.complete(idx, n, nil, nil)
 		}
 	}
@@ -764,6 +791,11 @@ func (c *conn) close() {
 		c.deadErr = errClosedCanceled
 	}
 	c.failShutdowns()
+	c.s.failPolls(c.polls, errClosedCanceled)
+	c.polls = nil
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	c.s.publish(c.eng.Stats())
 	c.s.flushDone()
 	c.destroy()
@@ -783,9 +815,11 @@ func (c *conn) idle() {
 		s.sleeping.Store(false)
 		return
 	}
+	timeout := c.timeoutC()
 	select {
 	case <-s.wake:
 	case <-c.cq.Notify():
+	case <-timeout:
 	}
 	s.sleeping.Store(false)
 	s.gstats.Wakeups++
@@ -799,7 +833,7 @@ func (c *conn) spin() bool {
 	if s.cfg.wait == WaitAdaptive {
 		sp = spin.For(s.cfg.spin)
 	}
-	for s.ncmd.Load() == 0 && c.cq.Len() == 0 {
+	for s.ncmd.Load() == 0 && c.cq.Len() == 0 && !c.due() {
 		if sp.Next() != spin.Again {
 			return false
 		}

@@ -33,7 +33,8 @@
 //
 // # Operations and events
 //
-// Accept, Connect, Send, Recv, Shutdown, Close and Cancel are asynchronous:
+// Accept, Connect, Send, Recv, Shutdown, Close, Cancel, CancelOp and Poll
+// are asynchronous:
 // each returns at once, and each one it accepts (the call returns nil)
 // posts exactly one Event, to the Queue named in the call, when it
 // completes. The Event says which operation (Type), on which Socket, with
@@ -58,6 +59,13 @@
 // one message that fills one recv; a message longer than its recv fails
 // both with EMSGSIZE; an empty message completes its recv with N 0 and EOF
 // not set.
+//
+// Poll posts a readiness poll (PollIn, PollOut) that completes with one
+// EventPoll when a condition holds; it is a notification, not a
+// reservation.
+// WithOpTimeout makes a send or recv outstanding for too long post one
+// EventSendTimeout or EventRecvTimeout (room for it is reserved with the
+// operation); the operation stays posted.
 //
 // Sends and recvs may be posted as soon as Connect has been posted: they
 // start when the connection is up, and fail with the connect's error if it
@@ -134,8 +142,12 @@
 // discards what that socket has received and not yet handed to a recv,
 // releases the socket and posts EventClose last. Cancel completes every
 // outstanding operation with ECANCELED and ends the connection too, since a
-// stream cannot skip bytes. Neither Close nor Cancel ever waits for the
-// peer.
+// stream cannot skip bytes. CancelOp cancels one operation, named by its
+// user value: an accept alone, but an operation of a connection (connect,
+// send, recv, shutdown) only by ending the connection as Cancel does, for
+// the same reason; a canceled recv reports the bytes it holds. An
+// operation already complete is not found (ErrNotFound, ENOENT). Neither
+// Close nor Cancel ever waits for the peer.
 //
 // The close rule, as TCP keeps it: a byte whose send completed is never
 // lost because the peer closed. After the peer's Close (or Cancel, or its
@@ -163,6 +175,14 @@
 // will post to the queue are outstanding, so that no event is lost; events
 // already queued stay dequeuable after the delete, then Dequeue returns
 // ErrClosed.
+//
+// Cap and Len read a queue's depth and the events queued, Outstanding the
+// operations whose events are still to come. To wait on several queues,
+// or on a queue and other I/O, at once, use a queue's signal: the channel
+// of Queue.Signal (for a select) or the descriptor of Queue.SignalFD (an
+// eventfd, for poll and epoll loops) is ready while events are queued and
+// cleared by the dequeue that empties the queue. Neither starts a
+// goroutine; Qdelete closes the descriptor.
 //
 // # Goroutines
 //

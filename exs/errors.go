@@ -76,6 +76,10 @@ var (
 	// syscall.ECONNABORTED.
 	ErrConnAborted error = errno.New("connection aborted", syscall.ECONNABORTED)
 
+	// ErrNotFound reports a CancelOp whose operation is not outstanding:
+	// never posted, or already complete. It matches syscall.ENOENT.
+	ErrNotFound error = errno.New("no such operation outstanding", syscall.ENOENT)
+
 	// ErrTimeout reports a Dequeue whose timeout expired before the
 	// minimum number of events arrived. It is eventq.ErrTimeout and
 	// matches os.ErrDeadlineExceeded.

@@ -30,6 +30,7 @@ func TestErrorsMatchErrno(t *testing.T) {
 		{"ErrCanceled", exs.ErrCanceled, syscall.ECANCELED},
 		{"ErrConnReset", exs.ErrConnReset, syscall.ECONNRESET},
 		{"ErrConnAborted", exs.ErrConnAborted, syscall.ECONNABORTED},
+		{"ErrNotFound", exs.ErrNotFound, syscall.ENOENT},
 	}
 	for _, tt := range tests {
 		wrapped := &exs.OpError{Op: "send", Addr: "inproc:x", Err: fmt.Errorf("%w: detail", tt.err)}

@@ -41,3 +41,15 @@ func AcceptWaiting(s *Socket) bool {
 	defer s.mu.Unlock()
 	return s.interrupt != nil
 }
+
+// SignalFDOf returns the descriptor the signal of q holds now, -1 if none
+// (or released).
+func SignalFDOf(q *Queue) int {
+	s := q.sig.Load()
+	if s == nil {
+		return -1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fd
+}

@@ -23,6 +23,7 @@ type pendingReq struct {
 // once the socket is closed (or the listener broke).
 func (s *Socket) acceptLoop(l *verbs.Listener) {
 	var accepts []int32 // posted accepts, oldest first
+	var polls []int32   // posted polls
 	var waiting []pendingReq
 	var cmds []int32
 	var lerr error // why the listener broke
@@ -40,8 +41,18 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 				for _, a := range accepts {
 					s.complete(a, 0, ErrCanceled, nil)
 				}
-				s.complete(idx, len(accepts), nil, nil)
-				accepts = accepts[:0]
+				n := len(accepts) + s.failPolls(polls, ErrCanceled)
+				s.complete(idx, n, nil, nil)
+				accepts, polls = accepts[:0], polls[:0]
+			case opCancelOne:
+				var found bool
+				if polls, found = s.cancelPoll(&s.ops[idx], polls); found {
+					s.complete(idx, 1, nil, nil)
+				} else {
+					accepts = s.cancelAccept(idx, accepts)
+				}
+			case opPoll:
+				polls = append(polls, idx)
 			}
 		}
 		s.flushDone()
@@ -61,6 +72,9 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 			}
 			s.complete(accepts[0], 0, nil, ns)
 			accepts = accepts[1:]
+		}
+		if len(polls) > 0 && len(waiting) > 0 {
+			polls = s.checkPolls(polls, PollIn)
 		}
 		s.flushDone()
 
@@ -110,6 +124,7 @@ func (s *Socket) acceptLoop(l *verbs.Listener) {
 	for _, a := range accepts {
 		s.complete(a, 0, err, nil)
 	}
+	s.failPolls(polls, err)
 	s.flushDone()
 	s.finish(err, 0)
 }
@@ -167,4 +182,19 @@ func (s *Socket) acceptConn(req *verbs.ConnRequest, peer *hello) (*Socket, error
 	}
 	s.log.Debug("accepted", zap.String("addr", s.addr), zap.Stringer("mode", s.cfg.mode), zap.Stringer("type", s.typ))
 	return ns, nil
+}
+
+// cancelAccept carries out CancelOp idx on a listening socket: the accept
+// it names completes alone, if still posted.
+func (s *Socket) cancelAccept(idx int32, accepts []int32) []int32 {
+	o := &s.ops[idx]
+	for i, a := range accepts {
+		if a == o.target && s.cancelTarget(o) {
+			s.complete(a, 0, ErrCanceled, nil)
+			s.complete(idx, 1, nil, nil)
+			return append(accepts[:i], accepts[i+1:]...)
+		}
+	}
+	s.complete(idx, 0, ErrNotFound, nil)
+	return accepts
 }

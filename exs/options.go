@@ -281,6 +281,8 @@ type config struct {
 	wait      WaitMode
 	spin      time.Duration
 	connTime  time.Duration
+	sendTO    time.Duration // WithOpTimeout: 0 for none
+	recvTO    time.Duration
 }
 
 func defaultConfig() config {

@@ -32,12 +32,22 @@ const (
 	// EventClose completes Socket.Close. It is the last event the socket
 	// posts.
 	EventClose
-	// EventCancel completes Socket.Cancel; Event.N is the number of
-	// operations canceled.
+	// EventCancel completes Socket.Cancel and Socket.CancelOp; Event.N is
+	// the number of operations canceled, and a CancelOp whose operation
+	// completed first fails with ErrNotFound.
 	EventCancel
+	// EventPoll completes Socket.Poll; Event.Revents tells which of the
+	// conditions polled for hold.
+	EventPoll
+	// EventSendTimeout reports a send outstanding for longer than its
+	// socket's send timeout (WithOpTimeout); the send stays posted.
+	EventSendTimeout
+	// EventRecvTimeout reports a recv outstanding for longer than its
+	// socket's recv timeout (WithOpTimeout); the recv stays posted.
+	EventRecvTimeout
 )
 
-var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel"}
+var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll", "send timeout", "recv timeout"}
 
 // String returns the name of the operation, such as "send".
 func (t EventType) String() string {
@@ -58,7 +68,8 @@ type Event struct {
 	// User is the value passed with the operation.
 	User any
 	// N is the byte count of a send or recv, the number of operations
-	// canceled by a cancel, and 0 otherwise.
+	// canceled by a cancel, the PollEvents that hold for a poll (see
+	// Revents), and 0 otherwise.
 	N int
 	// Err is nil on success, otherwise an *OpError whose cause keeps its
 	// errno: ECONNRESET, ECONNABORTED, ECANCELED, EPIPE, EMSGSIZE,
@@ -95,6 +106,9 @@ type Queue struct {
 	// dequeued every event finds the queue idle; the last posting
 	// operation closes a deleted queue.
 	state atomic.Int64
+
+	// sig is the queue's signal, nil until Signal or SignalFD is called.
+	sig atomic.Pointer[qsignal]
 
 	// Errors returned without allocating.
 	errTimeout, errClosed error
@@ -182,6 +196,7 @@ func (q *Queue) delete(force bool) error {
 	if force || v == 0 {
 		q.eq.Close()
 	}
+	q.closeSignal()
 	return nil
 }
 
@@ -223,6 +238,9 @@ func (q *Queue) unreserve() {
 func (q *Queue) post(ev Event) {
 	q.state.Add(queuePosting - 1)
 	q.eq.PostReserved(ev)
+	if s := q.sig.Load(); s != nil {
+		s.raise()
+	}
 	if h := testHookPosted.Load(); h != nil {
 		(*h)(q)
 	}
@@ -235,6 +253,9 @@ func (q *Queue) postBatch(evs []Event) {
 	n := int64(len(evs))
 	q.state.Add(n * (queuePosting - 1))
 	q.eq.PostReservedBatch(evs)
+	if s := q.sig.Load(); s != nil {
+		s.raise()
+	}
 	if h := testHookPosted.Load(); h != nil {
 		(*h)(q)
 	}
@@ -245,10 +266,11 @@ func (q *Queue) postBatch(evs []Event) {
 // operation stops posting (tests of Qdelete racing a post).
 var testHookPosted atomic.Pointer[func(*Queue)]
 
-// Cap returns the queue's depth.
+// Cap returns the queue's depth (EXS_QATTR_DEPTH).
 func (q *Queue) Cap() int { return q.eq.Cap() }
 
-// Len returns the number of events queued.
+// Len returns the number of events queued (EXS_QATTR_EVENTS): events
+// that Dequeue can take now.
 func (q *Queue) Len() int { return q.eq.Len() }
 
 // Outstanding returns the number of operations posted with q whose events
@@ -258,7 +280,11 @@ func (q *Queue) Outstanding() int { return int(q.state.Load() & queuePendingMask
 
 // TryDequeue moves up to len(events) queued events, oldest first, into
 // events and returns how many. It never waits.
-func (q *Queue) TryDequeue(events []Event) int { return q.eq.TryDequeue(events) }
+func (q *Queue) TryDequeue(events []Event) int {
+	n := q.eq.TryDequeue(events)
+	q.afterDequeue()
+	return n
+}
 
 // Dequeue moves queued events, oldest first, into events once at least min
 // are queued (0 <= min <= len(events)) and returns how many, at most
@@ -269,6 +295,7 @@ func (q *Queue) TryDequeue(events []Event) int { return q.eq.TryDequeue(events) 
 // error matching ErrClosed. Dequeue does not allocate.
 func (q *Queue) Dequeue(events []Event, min int, timeout time.Duration) (int, error) {
 	n, err := q.eq.Dequeue(events, min, timeout)
+	q.afterDequeue()
 	return n, q.err(err)
 }
 
@@ -277,6 +304,7 @@ func (q *Queue) Dequeue(events []Event, min int, timeout time.Duration) (int, er
 // ctx.Err().
 func (q *Queue) DequeueContext(ctx context.Context, events []Event, min int) (int, error) {
 	n, err := q.eq.DequeueContext(ctx, events, min)
+	q.afterDequeue()
 	return n, q.err(err)
 }
 

@@ -65,9 +65,11 @@ const (
 	opConnect
 	opShutdown
 	opCancel
+	opCancelOne // CancelOp: cancel the operation in slot target
+	opPoll
 )
 
-var opNames = [...]string{"", "send", "recv", "accept", "connect", "shutdown", "cancel"}
+var opNames = [...]string{"", "send", "recv", "accept", "connect", "shutdown", "cancel", "cancel", "poll"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -83,6 +85,8 @@ func (k opKind) event() EventType {
 		return EventConnect
 	case opShutdown:
 		return EventShutdown
+	case opPoll:
+		return EventPoll
 	}
 	return EventCancel
 }
@@ -93,13 +97,18 @@ func (k opKind) event() EventType {
 type op struct {
 	kind    opKind
 	waitAll bool
-	tmp     bool // mr was registered for this operation alone
+	tmp     bool       // mr was registered for this operation alone
+	poll    PollEvents // the conditions a poll waits for
 	q       *Queue
 	user    any
 	buf     []byte
 	addr    uint64 // address of buf
 	mh      *MHandle
 	mr      *verbs.MR // the registration of buf on the socket's device, if any
+	serial  uint64    // tells the operations of one slot apart (CancelOp)
+	timeout opTimeout // WithOpTimeout's deadline and its reserved event
+	target  int32     // the slot CancelOp cancels, with its serial in tserial
+	tserial uint64
 }
 
 // ctlSlots is how many connect, shutdown and cancel operations may be
@@ -160,6 +169,8 @@ type Socket struct {
 	nrecv     int
 	nacc      int
 	nctl      int
+	slots     []slotInfo // what CancelOp may read of each slot, under mu
+	serial    uint64
 
 	// Owned by the goroutine serving the socket.
 	done   []completion
@@ -191,14 +202,15 @@ func (st *Stack) Socket(typ SockType, opts ...SocketOption) (*Socket, error) {
 func newSocket(st *Stack, typ SockType, cfg config) *Socket {
 	n := cfg.maxSends + cfg.maxRecvs + ctlSlots
 	s := &Socket{
-		st:   st,
-		typ:  typ,
-		cfg:  cfg,
-		log:  cfg.logger,
-		wake: make(chan struct{}, 1),
-		ops:  make([]op, n),
-		free: make([]int32, n),
-		cmds: make([]int32, 0, n),
+		st:    st,
+		typ:   typ,
+		cfg:   cfg,
+		log:   cfg.logger,
+		wake:  make(chan struct{}, 1),
+		ops:   make([]op, n),
+		slots: make([]slotInfo, n),
+		free:  make([]int32, n),
+		cmds:  make([]int32, 0, n),
 	}
 	for i := range s.free {
 		s.free[i] = int32(n - 1 - i)
@@ -417,13 +429,15 @@ func (s *Socket) ConnectContext(ctx context.Context, q *Queue, addr string, user
 	}
 	idx := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
-	s.ops[idx] = op{kind: opConnect, q: q, user: user}
+	s.serial++
+	s.ops[idx] = op{kind: opConnect, q: q, user: user, serial: s.serial}
+	s.slots[idx] = slotInfo{kind: opConnect, user: user, serial: s.serial}
 	s.nctl++
 	prev := s.state
 	s.state, s.addr, s.dev, s.running, s.connCtx = sockConnecting, full, d, true, ctx
 	if !s.st.spawn(func() { s.connectLoop(idx) }) {
 		s.state, s.running = prev, false
-		s.ops[idx] = op{}
+		s.ops[idx], s.slots[idx] = op{}, slotInfo{}
 		s.free = append(s.free, idx)
 		s.nctl--
 		q.unreserve()
@@ -518,7 +532,7 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 		}
 		o.mr, o.tmp = mr, true
 	}
-	if err := q.reserve(); err != nil {
+	if err := s.reserveOp(&o); err != nil {
 		o.releaseMem()
 		return opErr(name, s.addr, err)
 	}
@@ -685,6 +699,9 @@ func (s *Socket) checkQueue(q *Queue) error {
 func (s *Socket) pushLocked(o op) {
 	idx := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
+	s.serial++
+	o.serial = s.serial
+	s.slots[idx] = slotInfo{kind: o.kind, user: o.user, serial: o.serial}
 	s.ops[idx] = o
 	s.cmds = append(s.cmds, idx)
 	s.ncmd.Add(1)
@@ -754,6 +771,7 @@ func (s *Socket) complete(idx int32, n int, err error, accepted *Socket) {
 		}
 	}
 	o.releaseMem()
+	o.releaseTimeout()
 	s.done = append(s.done, completion{idx: idx, kind: o.kind, q: o.q})
 	s.doneEv = append(s.doneEv, ev)
 	*o = op{}
@@ -771,6 +789,7 @@ func (s *Socket) flushDone() {
 	for i := range s.done {
 		d := &s.done[i]
 		s.free = append(s.free, d.idx)
+		s.slots[d.idx] = slotInfo{}
 		switch d.kind {
 		case opSend:
 			s.nsend--
@@ -849,7 +868,7 @@ func (s *Socket) finish(err error, canceled int) {
 			(*h)(s)
 		}
 		for _, idx := range cmds {
-			if s.ops[idx].kind == opCancel {
+			if k := s.ops[idx].kind; k == opCancel || k == opCancelOne {
 				s.complete(idx, canceled, nil, nil)
 				continue
 			}
