@@ -1,7 +1,6 @@
 package exs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -271,101 +270,6 @@ func (c *conn) postFrameRecv(slot int) error {
 	c.recvWR.WRID = uint64(slot)
 	c.recvSGE[0] = c.frRecvMR.SGE(slot*dynproto.FrameSize, dynproto.FrameSize)
 	return c.qp.PostRecv(c.recvWR)
-}
-
-// connectLoop serves a socket from its connect on: it sets up the
-// connection, completes the connect, then runs the progress loop.
-func (s *Socket) connectLoop(idx int32) {
-	c, err := newConn(s, s.dev)
-	if err == nil {
-		err = s.dial(c)
-		if err != nil {
-			c.destroy()
-		}
-	}
-	if err != nil {
-		s.log.Debug("connect failed", zap.String("addr", s.addr), zap.Error(err))
-		// The socket takes no more operations before its connect's event
-		// can be seen: those posted already fail with the connect's error.
-		s.mu.Lock()
-		if !s.closing {
-			s.state = sockFailed
-		}
-		s.mu.Unlock()
-		s.complete(idx, 0, err, nil)
-		s.flushDone()
-		s.finish(err, 1)
-		return
-	}
-	s.mu.Lock()
-	if s.state == sockConnecting {
-		s.state = sockConnected
-	}
-	s.peer = c.qp.Peer()
-	s.mu.Unlock()
-	s.log.Debug("connected", zap.String("addr", s.addr), zap.Stringer("mode", s.cfg.mode), zap.Stringer("type", s.typ))
-	s.complete(idx, 0, nil, nil)
-	s.flushDone()
-	c.loop()
-}
-
-// dial connects c's queue pair to s.addr and starts the engine.
-func (s *Socket) dial(c *conn) error {
-	s.mu.Lock()
-	if s.closing || s.cancelReq {
-		err := s.cancelErrLocked()
-		s.mu.Unlock()
-		return err
-	}
-	base := s.connCtx
-	ctx, cancel := context.WithCancel(context.Background())
-	s.interrupt = cancel
-	s.mu.Unlock()
-	// The connect's limits: the socket's time limit, and the context of
-	// ConnectContext, whose end is copied into ctx.
-	tctx, tcancel := context.WithTimeout(ctx, s.cfg.connTime)
-	stop := context.AfterFunc(base, tcancel)
-
-	reply, err := c.qp.Connect(tctx, s.addr, c.local.encode())
-
-	stop()
-	s.mu.Lock()
-	s.interrupt = nil
-	cerr := s.cancelErrLocked()
-	s.mu.Unlock()
-	interrupted := ctx.Err() != nil
-	limit := errors.Is(tctx.Err(), context.DeadlineExceeded) && base.Err() == nil
-	baseErr := base.Err()
-	tcancel()
-	cancel()
-	if err != nil {
-		var rej *verbs.RejectError
-		switch {
-		case interrupted:
-			return cerr
-		case limit:
-			return fmt.Errorf("%w: no accept within %v", ErrTimedOut, s.cfg.connTime)
-		case errors.Is(baseErr, context.DeadlineExceeded):
-			return fmt.Errorf("%w: the context's deadline passed", ErrTimedOut)
-		case baseErr != nil:
-			return fmt.Errorf("%w: the context was canceled", ErrCanceled)
-		case errors.As(err, &rej):
-			if h, derr := decodeHello(rej.PrivateData); derr == nil && h.reason != rejectNone {
-				return mismatchError(h.reason, &c.local, &h)
-			}
-		}
-		return err // the provider's, which names it and the address
-	}
-	peer, err := decodeHello(reply)
-	if err == nil {
-		if r := c.local.match(&peer); r != rejectNone {
-			err = mismatchError(r, &c.local, &peer)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConnAborted, err)
-	}
-	return c.start(&peer)
 }
 
 // loop is the progress engine of a connected socket: it hands posted

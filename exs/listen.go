@@ -3,6 +3,7 @@ package exs
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -197,4 +198,106 @@ func (s *Socket) cancelAccept(idx int32, accepts []int32) []int32 {
 	}
 	s.complete(idx, 0, ErrNotFound, nil)
 	return accepts
+}
+
+// Bind binds a new socket to addr, the address it will listen on (see
+// Listen): "scheme:name", such as "inproc:echo"; an address without a
+// scheme is taken as "inproc:" + addr.
+func (s *Socket) Bind(addr string) error {
+	d, full, err := s.st.resolve(addr)
+	if err != nil {
+		return opErr("bind", addr, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case sockNew:
+	case sockClosed:
+		return opErr("bind", full, ErrClosed)
+	default:
+		return opErr("bind", full, fmt.Errorf("%w: socket already bound or connected", ErrInvalid))
+	}
+	s.state, s.addr, s.dev = sockBound, full, d
+	return nil
+}
+
+// Listen makes a bound socket listen for connections, which Accept then
+// takes. A connection request is examined as soon as it arrives, accept
+// posted or not: one whose protocol version, mode or socket type differ
+// from the socket's is refused at once (its connect fails with
+// ErrMismatch). The others wait for an accept, at most backlog of them
+// (0 means DefaultBacklog; at most MaxBacklog), in the order they came; a
+// request beyond that is refused at once (its connect fails with
+// ECONNREFUSED), as listen(2)'s backlog does. A connect completes only when
+// an accept takes its request (the meaning rdma_cm gives "connected", not
+// TCP's, whose connect completes when the request enters the backlog): the
+// connection's resources are set up then. A request waits at most its
+// connect's time limit (WithConnectTimeout); an accept that finds its
+// connect gone takes the next. Listen returns an error matching
+// syscall.EADDRINUSE if another socket listens on the address.
+func (s *Socket) Listen(backlog int) error {
+	if backlog < 0 || backlog > MaxBacklog {
+		return opErr("listen", s.Addr(), fmt.Errorf("%w: backlog %d, want 0 to %d", ErrInvalid, backlog, MaxBacklog))
+	}
+	if backlog == 0 {
+		backlog = DefaultBacklog
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case sockBound:
+	case sockClosed:
+		return opErr("listen", s.addr, ErrClosed)
+	default:
+		return opErr("listen", s.addr, fmt.Errorf("%w: socket not bound, or connected", ErrInvalid))
+	}
+	l, err := s.dev.dev.Listen(s.addr)
+	if err != nil {
+		return opErr("listen", s.addr, err)
+	}
+	if !s.st.spawn(func() { s.acceptLoop(l) }) {
+		l.Close()
+		return opErr("listen", s.addr, ErrClosed)
+	}
+	// The listener's address, if the provider tells it in the socket's
+	// scheme: a port the system chose, say.
+	if a := l.Addr(); strings.HasPrefix(a, s.dev.scheme+":") {
+		s.addr = a
+	}
+	s.state, s.running, s.backlog = sockListening, true, backlog
+	s.log.Debug("listening", zap.String("addr", s.addr))
+	return nil
+}
+
+// Accept posts an accept on a listening socket. When a connection request
+// arrives whose protocol parameters match the socket's (requests that do
+// not match are refused and do not complete the accept), the accept
+// completes with an EventAccept whose Accepted field is the new connected
+// socket, which inherits the listening socket's options. Accepts complete
+// in the order they were posted.
+func (s *Socket) Accept(q *Queue, user any) error {
+	if err := s.checkQueue(q); err != nil {
+		return opErr("accept", "", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.state == sockClosed:
+		return opErr("accept", s.addr, ErrClosed)
+	case s.state != sockListening:
+		return opErr("accept", s.addr, errNotListening)
+	case s.nacc >= s.cfg.maxRecvs:
+		return opErr("accept", s.addr, errTooMany)
+	}
+	if err := q.reserve(); err != nil {
+		return opErr("accept", s.addr, err)
+	}
+	s.nacc++
+	s.pushLocked(op{kind: opAccept, q: q, user: user})
+	if s.interrupt != nil {
+		// The goroutine waits for the next request: requests already
+		// waiting are for this accept.
+		s.interrupt()
+	}
+	return nil
 }
