@@ -42,6 +42,11 @@ func TestTransports(t *testing.T) {
 					if r.HasDirect {
 						t.Errorf("TCP with direct counts: %+v", r)
 					}
+				case r.BytesDirect+r.BytesIndirect == 0:
+					// The sender issued no transfer between the marks:
+					// the receiver took bytes sent before them (seen at a
+					// load of 25 on the 2 CPUs). Nothing to judge.
+					t.Logf("%v: no transfer issued in the window (%d bytes received)", m, r.Bytes)
 				case m == dynproto.DirectOnly && pct != 100, m == dynproto.IndirectOnly && pct != 0, pct < 0:
 					t.Errorf("%v: %v%% of bytes directly", m, pct)
 				}
