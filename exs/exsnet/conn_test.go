@@ -23,7 +23,9 @@ import (
 func TestConnNettest(t *testing.T) {
 	t.Run("inproc", func(t *testing.T) { nettest.TestConn(t, localPipe(t, inprocAddr)) })
 	t.Run("shm", func(t *testing.T) { nettest.TestConn(t, localPipe(t, shmAddr)) })
-	t.Run("process", func(t *testing.T) { nettest.TestConn(t, processPipe(t)) })
+	t.Run("tcp", func(t *testing.T) { nettest.TestConn(t, localPipe(t, tcpAddr)) })
+	t.Run("process", func(t *testing.T) { nettest.TestConn(t, processPipe(t, shmAddr)) })
+	t.Run("tcp-process", func(t *testing.T) { nettest.TestConn(t, processPipe(t, tcpAddr)) })
 }
 
 // providers are the addresses the behaviour tests run over.

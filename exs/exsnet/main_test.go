@@ -71,6 +71,10 @@ func inprocAddr(t testing.TB) string {
 	return fmt.Sprintf("inproc:%s-%d", name, addrSeq.Add(1))
 }
 
+// tcpAddr returns an address of the provider across hosts on loopback,
+// with a port the system chooses.
+func tcpAddr(testing.TB) string { return "tcp:127.0.0.1:0" }
+
 // shmAddr returns a same-host address in a directory of its own: a short
 // path, since a Unix socket's path is limited to 107 bytes.
 func shmAddr(t testing.TB) string {
@@ -222,7 +226,7 @@ func serveUntilStdinCloses(addr string, serve func(ln *exsnet.Listener) error) e
 	if err != nil {
 		return err
 	}
-	fmt.Println("ready")
+	fmt.Println("ready", ln.Addr()) // a port the system chose for tcp:HOST:0
 	errc := make(chan error, 1)
 	go func() { errc <- serve(ln) }()
 	io.Copy(io.Discard, os.Stdin)
@@ -284,9 +288,8 @@ func relay(a, b *exsnet.Conn) {
 
 // processPipe returns a nettest.MakePipe whose two ends are connections
 // to a relay in a child process (childRelay) over the same-host provider.
-func processPipe(t *testing.T) func() (net.Conn, net.Conn, func(), error) {
-	addr := shmAddr(t)
-	startChild(t, "relay", addr)
+func processPipe(t *testing.T, addrOf func(testing.TB) string) func() (net.Conn, net.Conn, func(), error) {
+	addr := startChild(t, "relay", addrOf(t))
 	return func() (net.Conn, net.Conn, func(), error) {
 		ctx := ctxTimeout(t)
 		c1, err := exsnet.Dial(ctx, addr)
@@ -323,7 +326,8 @@ func localPipe(t *testing.T, addr func(testing.TB) string, opts ...exsnet.Option
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		c1, c2, err := pair(t, ln, a, opts...)
+		// The listener's address: a port the system chose for tcp:HOST:0.
+		c1, c2, err := pair(t, ln, ln.Addr().String(), opts...)
 		if err != nil {
 			ln.Close()
 			return nil, nil, nil, err
