@@ -268,3 +268,25 @@ func (ri RegionInfo) Check(key mreg.Key, addr, n uint64, access mreg.Access) err
 	}
 	return nil
 }
+
+// AcceptNext is the Accept of a provider's listener whose connection
+// requests wait in backlog until Accept takes them, and which closes
+// closed when it stops: the next request, or ErrClosed once closed is
+// closed (even with requests still queued: Close rejects those), or
+// ctx.Err(). The errors are bare: the provider names itself and the
+// address. backlog is never closed.
+func AcceptNext[R LinkRequest](ctx context.Context, backlog <-chan R, closed <-chan struct{}) (LinkRequest, error) {
+	select {
+	case <-closed:
+		return nil, ErrClosed
+	default:
+	}
+	select {
+	case r := <-backlog:
+		return r, nil
+	case <-closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -149,19 +149,11 @@ func (l *listener) Addr() string { return Scheme + l.name }
 
 // Accept returns the next request.
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	select {
-	case <-l.closed:
-		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
-	default:
+	r, err := verbs.AcceptNext(ctx, l.backlog, l.closed)
+	if err != nil {
+		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), err)
 	}
-	select {
-	case r := <-l.backlog:
-		return r, nil
-	case <-l.closed:
-		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), verbs.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("inproc: accept on %s: %w", l.Addr(), ctx.Err())
-	}
+	return r, nil
 }
 
 // Close unregisters the listener and rejects the requests in its backlog.

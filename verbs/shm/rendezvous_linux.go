@@ -162,19 +162,11 @@ func (l *listener) Addr() string { return l.addr }
 
 // Accept returns the next request.
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	select {
-	case <-l.closed:
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
-	default:
+	r, err := verbs.AcceptNext(ctx, l.backlog, l.closed)
+	if err != nil {
+		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, err)
 	}
-	select {
-	case r := <-l.backlog:
-		return r, nil
-	case <-l.closed:
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, verbs.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, ctx.Err())
-	}
+	return r, nil
 }
 
 // Close stops listening, removes the socket, ends the handshakes in

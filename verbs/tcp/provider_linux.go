@@ -237,19 +237,11 @@ func (l *listener) handshake(c *net.TCPConn) {
 
 // Accept returns the next request.
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	select {
-	case <-l.closedC:
-		return nil, fmt.Errorf("tcp: accept on %s: %w", l.addr, verbs.ErrClosed)
-	default:
+	r, err := verbs.AcceptNext(ctx, l.reqs, l.closedC)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: accept on %s: %w", l.addr, err)
 	}
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.closedC:
-		return nil, fmt.Errorf("tcp: accept on %s: %w", l.addr, verbs.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("tcp: accept on %s: %w", l.addr, ctx.Err())
-	}
+	return r, nil
 }
 
 // Close stops listening: it rejects the queued requests, drops the
