@@ -52,7 +52,7 @@ type sendQueue struct {
 	tail uint64 // next free
 
 	stalled  bool        // the work request at next waits for a peer RECV (RNRWait)
-	flushing bool        // a flush has flushed a work request still in the queue
+	flushing bool        // a work request completed in error or was flushed: the later ones complete flushed
 	unstall  atomic.Bool // set by Endpoint.Retry
 	req      atomic.Int32
 }
@@ -273,7 +273,19 @@ func (qp *QP) runSend() {
 			if w.phase != phaseDone {
 				break
 			}
+			if sq.flushing {
+				// An earlier work request failed: the queue pair is
+				// going to Error, and after a failed completion only
+				// flushed ones follow, even for a work request the
+				// provider reported done (a WRITE placed early under
+				// RelaxedWritePlacement behind a SEND that the peer's
+				// disconnect flushed).
+				w.status = StatusFlushed
+			}
 			qp.completeSend(w, &unres)
+			if w.status != StatusSuccess {
+				sq.flushing = true
+			}
 			sq.head++
 		}
 		st := qp.State()
