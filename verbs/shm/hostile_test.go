@@ -658,6 +658,39 @@ func TestHostileHandshake(t *testing.T) {
 		r, _ := v.attack(t, rawOpts{})
 		r.close()
 	})
+	t.Run("SilentFlood", func(t *testing.T) {
+		// Beyond maxHandshakes silent peers at once, the listener hangs
+		// up on the next one at once instead of starting a goroutine.
+		var conns []*net.UnixConn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		dial := func() *net.UnixConn {
+			c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: strings.TrimPrefix(v.addr, Scheme), Net: "unixpacket"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+			return c
+		}
+		for range maxHandshakes + 8 {
+			dial()
+		}
+		// A held connection reads the listener's hello; one hung up on
+		// reads EOF.
+		hungUp := 0
+		for _, c := range conns {
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 64)); errors.Is(err, io.EOF) {
+				hungUp++
+			}
+		}
+		if hungUp < 8 {
+			t.Fatalf("%d of %d silent connections hung up on, want at least 8", hungUp, len(conns))
+		}
+	})
 }
 
 // openFDs counts this process's open descriptors.

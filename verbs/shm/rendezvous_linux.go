@@ -27,6 +27,10 @@ import (
 // a request is queued for Accept.
 const handshakeTimeout = 10 * time.Second
 
+// maxHandshakes bounds the connections a listener waits for the request
+// of at once.
+const maxHandshakes = 4 * Backlog
+
 // Handshake messages over the socket (little-endian):
 //
 //	hello   listener to dialer: magic u32, version u16, 0 u16, probe
@@ -211,6 +215,14 @@ func (l *listener) acceptLoop() {
 			l.mu.Unlock()
 			c.Close()
 			return
+		}
+		if len(l.conns) >= maxHandshakes {
+			// As many connections as that wait for their request: one
+			// more is dropped at once (each costs a goroutine for up to
+			// handshakeTimeout), as the TCP provider's listener does.
+			l.mu.Unlock()
+			c.Close()
+			continue
 		}
 		l.conns[c] = struct{}{}
 		l.wg.Add(1)
