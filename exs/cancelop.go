@@ -37,10 +37,23 @@ type slotInfo struct {
 //     ECANCELED, the peer sees the connection reset, and the socket takes
 //     no more operations but Close. N counts them all.
 //
-// A canceled recv reports in N the bytes already placed in its buffer
-// (they are there, and are not delivered again). A canceled send reports
-// N 0 even if some of its bytes reached the peer: the engine does not
-// track which of its writes were placed before the connection ended.
+// What a cancel of a stream operation means for the stream: the stream
+// stops at the cancel. A canceled send reports in N exactly the bytes of it
+// the peer gets: its recvs get them, in order, then ECONNRESET (the close
+// rule); the bytes after them are never sent, and no later send goes on
+// with the stream. On a seqpacket socket a canceled message counts whole
+// (N its length, the peer gets it) or not at all (N 0). A canceled recv
+// reports in N the bytes already placed in its buffer (they are there, and
+// are not delivered again); on a stream a recv that holds part of its
+// bytes ends with them.
+//
+// To make N exact the cancel first lets the transfers already under way
+// finish: it starts no more, and waits for the provider to confirm the
+// frames in flight, which needs the peer's provider but never the peer's
+// application, and at most a second (a peer process stopped): after that
+// the bytes in flight are not counted, though the peer may get them. An
+// operation whose last bytes were among them may then complete
+// successfully before the cancel; the connection ends all the same.
 func (s *Socket) CancelOp(q *Queue, target any, user any) error {
 	if err := s.checkQueue(q); err != nil {
 		return opErr("cancel", "", err)

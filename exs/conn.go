@@ -121,6 +121,9 @@ type conn struct {
 	lostSends bool        // it went with sends not complete: they failed, and so do the shutdowns after them
 	deadErr   error       // why the engine was aborted, or why the connection went
 	canceled  int         // operations completed by the last abort
+
+	drainState // the bytes each send moved, the drain of a cancel (drain.go)
+	sfState    // the sendfile being fed (sendfile.go)
 }
 
 // newConn sets up the verbs resources of a connection end of socket s on
@@ -283,9 +286,17 @@ func (c *conn) loop() {
 		// Completions first: ADVERTs that arrived can then take the
 		// sends posted meanwhile.
 		busy := c.poll()
-		if s.ncmd.Load() != 0 {
+		if c.draining && c.drainOver() {
+			busy = true
+			c.cmds = c.endDrain(c.cmds[:0])
+			c.apply()
+		}
+		if c.cmdsDue() {
 			var closing bool
 			c.cmds, closing = s.takeCommands(c.cmds)
+			if c.draining {
+				c.cmds = c.endDrain(c.cmds)
+			}
 			if closing {
 				c.apply()
 				c.close()
@@ -307,7 +318,10 @@ func (c *conn) loop() {
 		if len(c.polls) > 0 {
 			c.polls = s.checkPolls(c.polls, c.pollHolds())
 		}
-		c.deadline = c.checkTimeouts()
+		// Before checkTimeouts, which must see every operation completed
+		// before flushDone frees its slot.
+		c.releaseHeld()
+		c.deadline = c.drainDeadline(c.checkTimeouts())
 		if busy || len(s.done) > 0 {
 			// Before the events: a Stats call after an event counts its
 			// operation.
@@ -320,15 +334,26 @@ func (c *conn) loop() {
 }
 
 // apply hands the operations taken from the socket to the engine.
-func (c *conn) apply() {
+func (c *conn) apply() { c.applyOps(c.cmds) }
+
+// applyOps hands operations to the engine.
+func (c *conn) applyOps(cmds []int32) {
 	s := c.s
 	queued := false
-	for _, idx := range c.cmds {
+cmds:
+	for i, idx := range cmds {
 		o := &s.ops[idx]
+		if c.hold(idx) {
+			continue
+		}
 		switch o.kind {
 		case opSend:
 			c.watch(idx)
-			c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
+			if o.sf != nil {
+				c.startSendfile(idx)
+			} else {
+				c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
+			}
 			queued = true
 		case opRecv:
 			c.watch(idx)
@@ -339,31 +364,9 @@ func (c *conn) apply() {
 		case opPoll:
 			c.polls = append(c.polls, idx)
 		case opCancel, opCancelOne:
-			c.exec()
-			s.mu.Lock()
-			s.cancelReq = false
-			s.mu.Unlock()
-			if o.kind == opCancelOne {
-				var found bool
-				if c.polls, found = s.cancelPoll(o, c.polls); found {
-					s.complete(idx, 1, nil, nil)
-					continue
-				}
-				if !s.cancelTarget(o) {
-					s.complete(idx, 0, ErrNotFound, nil)
-					continue
-				}
+			if c.cancel(idx, cmds[i+1:]) {
+				break cmds
 			}
-			n := 0
-			if !c.eng.Dead() {
-				c.abort(ErrCanceled)
-				c.exec()
-				n = c.canceled
-				n += c.failShutdowns()
-			}
-			n += s.failPolls(c.polls, ErrCanceled)
-			c.polls = c.polls[:0]
-			s.complete(idx, n, nil, nil)
 		}
 	}
 	if queued {
@@ -406,12 +409,12 @@ func (c *conn) do(a *dynproto.Action) bool {
 	s := c.s
 	switch a.Kind {
 	case dynproto.WriteDirect, dynproto.WriteIndirect:
-		if c.failed {
+		if c.failed || c.draining {
 			return true
 		}
 		return c.addWrite(a)
 	case dynproto.SendFrame:
-		if c.failed {
+		if c.failed || c.draining {
 			return true
 		}
 		return c.addFrame(a)
@@ -419,10 +422,18 @@ func (c *conn) do(a *dynproto.Action) bool {
 		o := &s.ops[a.ID]
 		copy(o.buf[a.Off:a.Off+a.Len], c.ring[a.RingOff:a.RingOff+a.Len])
 	case dynproto.SendDone, dynproto.RecvDone:
+		if a.Kind == dynproto.SendDone && a.ID&idChunk != 0 {
+			c.chunkDone(a)
+			return true
+		}
 		if a.Err != nil && a.Err == c.deadErr {
 			c.canceled++
 		}
-		s.complete(int32(a.ID), a.Len, a.Err, nil)
+		n := a.Len
+		if a.Kind == dynproto.SendDone && a.Err != nil {
+			n = c.moved(a.ID)
+		}
+		s.complete(int32(a.ID), n, a.Err, nil)
 		if a.EOF {
 			s.doneEv[len(s.doneEv)-1].EOF = true
 		}
@@ -437,14 +448,15 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 		// An empty message: no work request, but its WriteDone comes
 		// with the frame's completion like any write's.
 		c.pendWrites++
+		c.notePosted(a.ID, 0)
 		return true
 	}
-	o := &c.s.ops[a.ID]
 	key, raddr := mreg.Key(a.RKey), a.Addr
 	if a.Kind == dynproto.WriteIndirect {
 		key, raddr = c.peerKey, c.peerAddr+uint64(a.RingOff)
 	}
-	sge := verbs.SGE{Addr: o.addr + uint64(a.Off), Len: uint32(a.Len), LKey: o.mr.LKey()}
+	addr, lkey := c.sendSrc(a.ID)
+	sge := verbs.SGE{Addr: addr + uint64(a.Off), Len: uint32(a.Len), LKey: lkey}
 	if c.open >= 0 && key == c.openKey && raddr == c.openEnd && len(c.wrs[c.open].SGL) < maxGather && c.sgeUsed < len(c.sges) {
 		w := &c.wrs[c.open]
 		c.sges[c.sgeUsed] = sge
@@ -452,6 +464,7 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 		w.SGL = w.SGL[:len(w.SGL)+1]
 		c.openEnd += uint64(a.Len)
 		c.pendWrites++
+		c.notePosted(a.ID, a.Len)
 		return true
 	}
 	if len(c.wrs) == cap(c.wrs) || c.sgeUsed == len(c.sges) {
@@ -475,6 +488,7 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 	c.outstanding++
 	c.pendWrites++
 	c.pendWriteWRs++
+	c.notePosted(a.ID, a.Len)
 	return true
 }
 
@@ -574,6 +588,7 @@ func (c *conn) onWC(wc *verbs.WC) {
 		c.framesDone++
 		writes := int(wc.WRID & wridMask)
 		c.outstanding -= 1 + int(wc.WRID>>24&wridMask)
+		c.notePlaced(writes)
 		for range writes {
 			if c.acts, err = c.eng.WriteDone(c.acts); err != nil {
 				break
@@ -623,6 +638,7 @@ func (c *conn) fail(err error, disconnect bool) {
 	c.drainBacklog()
 	c.canceled = 0
 	c.deadErr = err
+	c.writes = fifo.Queue[postedWrite]{}
 	if disconnect {
 		c.s.peerGone.Store(true)
 		st := c.eng.State()
@@ -691,6 +707,7 @@ func (c *conn) failShutdowns() int {
 func (c *conn) close() {
 	c.abort(errClosedCanceled)
 	c.exec()
+	c.releaseHeld()
 	if c.deadErr == nil {
 		c.deadErr = errClosedCanceled
 	}
@@ -715,7 +732,7 @@ func (c *conn) idle() {
 	}
 	s.sleeping.Store(true)
 	c.cq.RequestNotify()
-	if s.ncmd.Load() != 0 || c.cq.Len() != 0 {
+	if c.cmdsDue() || c.cq.Len() != 0 || c.due() {
 		s.sleeping.Store(false)
 		return
 	}
@@ -737,7 +754,7 @@ func (c *conn) spin() bool {
 	if s.cfg.wait == WaitAdaptive {
 		sp = spin.For(s.cfg.spin)
 	}
-	for s.ncmd.Load() == 0 && c.cq.Len() == 0 && !c.due() {
+	for !c.cmdsDue() && c.cq.Len() == 0 && !c.due() {
 		if sp.Next() != spin.Again {
 			return false
 		}

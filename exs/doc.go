@@ -33,8 +33,8 @@
 //
 // # Operations and events
 //
-// Accept, Connect, Send, Recv, Shutdown, Close, Cancel, CancelOp and Poll
-// are asynchronous:
+// Accept, Connect, Send, Sendfile, Recv, Shutdown, Close, Cancel, CancelOp
+// and Poll are asynchronous:
 // each returns at once, and each one it accepts (the call returns nil)
 // posts exactly one Event, to the Queue named in the call, when it
 // completes. The Event says which operation (Type), on which Socket, with
@@ -65,7 +65,15 @@
 // reservation.
 // WithOpTimeout makes a send or recv outstanding for too long post one
 // EventSendTimeout or EventRecvTimeout (room for it is reserved with the
-// operation); the operation stays posted.
+// operation); the operation stays posted. With WithTimeoutMode(TimeoutEnd)
+// it ends instead, with ETIMEDOUT and the bytes it moved, and the
+// connection with it.
+//
+// Sendfile sends a range of an open file as one send (one EventSend): the
+// library reads it into registered memory of its own, in chunks pipelined
+// with their transfers, so its bytes never pass through the caller's
+// memory; a range past the end of the file, or a file truncated meanwhile,
+// sends what the file holds, and N tells it.
 //
 // Sends and recvs may be posted as soon as Connect has been posted: they
 // start when the connection is up, and fail with the connect's error if it
@@ -145,9 +153,14 @@
 // stream cannot skip bytes. CancelOp cancels one operation, named by its
 // user value: an accept alone, but an operation of a connection (connect,
 // send, recv, shutdown) only by ending the connection as Cancel does, for
-// the same reason; a canceled recv reports the bytes it holds. An
-// operation already complete is not found (ErrNotFound, ENOENT). Neither
-// Close nor Cancel ever waits for the peer.
+// the same reason. The stream stops at the cancel: a canceled send reports
+// in N exactly the bytes of it the peer's recvs get (before their
+// ECONNRESET), and the rest is never sent; a canceled recv reports the
+// bytes it holds. To count exactly, a cancel lets the transfers already
+// in flight finish first, waiting for the provider's confirmation at most a
+// second. An operation already complete is not found (ErrNotFound,
+// ENOENT). Neither Close nor Cancel ever waits for the peer's
+// application.
 //
 // The close rule, as TCP keeps it: a byte whose send completed is never
 // lost because the peer closed. After the peer's Close (or Cancel, or its

@@ -283,6 +283,7 @@ type config struct {
 	connTime  time.Duration
 	sendTO    time.Duration // WithOpTimeout: 0 for none
 	recvTO    time.Duration
+	toMode    TimeoutMode // WithTimeoutMode
 }
 
 func defaultConfig() config {

@@ -108,6 +108,8 @@ type op struct {
 	timeout opTimeout // WithOpTimeout's deadline and its reserved event
 	target  int32     // the slot CancelOp cancels, with its serial in tserial
 	tserial uint64
+	placed  int           // bytes of a send that reached the peer (drain.go)
+	sf      *sendfileArgs // a Sendfile's file and range (sendfile.go)
 }
 
 // ctlSlots is how many connect, shutdown and cancel operations may be
@@ -291,8 +293,10 @@ func (s *Socket) Stats() Stats {
 // to the peer (into its posted recv buffer or its stream buffer): N is
 // len(buf). It fails with an error matching EPIPE after Shutdown, EMSGSIZE
 // for a message longer than the peer's recv (seqpacket), ECONNRESET or
-// ECONNABORTED if the connection breaks, ECANCELED if canceled. buf must
-// not be modified until the event is posted.
+// ECONNABORTED if the connection breaks, ECANCELED if canceled. A send
+// that fails reports in N the bytes of it the peer got (exactly after a
+// cancel, see CancelOp; at least those when the connection broke). buf
+// must not be modified until the event is posted.
 func (s *Socket) Send(q *Queue, buf []byte, mh *MHandle, flags Flags, user any) error {
 	return s.postData(opSend, q, buf, mh, flags, user)
 }
@@ -569,6 +573,9 @@ func (o *op) releaseMem() {
 	}
 	if o.tmp {
 		deregisterWait(o.mr)
+	}
+	if o.sf != nil {
+		o.sf.release()
 	}
 }
 

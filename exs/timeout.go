@@ -11,16 +11,21 @@ import (
 // EventRecvTimeout, with the operation's user value, to the operation's
 // queue. 0 turns a timeout off (the default); a negative one is invalid.
 //
-// A timeout is a notification, posted once per operation (EXS_TIMEOUT_ONCE
-// is the only behaviour): the operation stays posted and later completes
-// with its own event, as usual; to give it up, cancel it (CancelOp, which
-// for a send or recv ends the connection, or Cancel). The timeout event
+// By default (TimeoutOnce, EXS_TIMEOUT_ONCE) a timeout is a notification,
+// posted once per operation: the operation stays posted and later
+// completes with its own event, as usual; to give it up, cancel it
+// (CancelOp, which for a send or recv ends the connection, or Cancel). With
+// WithTimeoutMode(TimeoutEnd) the operation ends at its timeout instead,
+// with ETIMEDOUT and the bytes it moved, and the connection with it. The
+// timeout event
 // comes before the operation's own event, or not at all if the operation
 // completes first. Room for it is reserved in the queue with the
 // operation, so that it is never dropped: with a timeout set, a send or
 // recv needs room for two events in its queue, and gives one back when it
-// completes without timing out. The time runs from the post; an operation
-// posted while the socket connects is looked at once the connection is up.
+// completes without timing out (TimeoutEnd reserves nothing more). The
+// time runs from the post; an operation posted while the socket connects is
+// looked at once the connection is up. A timeout of 0 is no timeout, in
+// either mode.
 func WithOpTimeout(send, recv time.Duration) SocketOption {
 	return socketOpt{func(c *config) error {
 		if send < 0 || recv < 0 {
@@ -31,12 +36,65 @@ func WithOpTimeout(send, recv time.Duration) SocketOption {
 	}}
 }
 
+// TimeoutMode says what a timeout of WithOpTimeout does.
+type TimeoutMode uint8
+
+const (
+	// TimeoutOnce (EXS_TIMEOUT_ONCE, the default): the operation that
+	// times out posts one EventSendTimeout or EventRecvTimeout and stays
+	// posted.
+	TimeoutOnce TimeoutMode = iota
+	// TimeoutEnd: the operation that times out ends with an error
+	// matching ErrTimedOut (ETIMEDOUT), reporting in N the bytes it
+	// moved; no timeout event is posted. A send or recv belongs to its
+	// connection's stream, which cannot skip its bytes, so the
+	// connection ends with it, as after a CancelOp: every operation
+	// outstanding on the socket completes with ETIMEDOUT, later ones fail
+	// with it, and the peer sees the connection reset.
+	TimeoutEnd
+)
+
+var timeoutModeNames = [...]string{"once", "end"}
+
+// String returns "once" or "end".
+func (m TimeoutMode) String() string {
+	if int(m) < len(timeoutModeNames) {
+		return timeoutModeNames[m]
+	}
+	return fmt.Sprintf("TimeoutMode(%d)", uint8(m))
+}
+
+// WithTimeoutMode sets what the timeouts of WithOpTimeout do:
+// TimeoutOnce (the default) or TimeoutEnd. Accepted sockets inherit it.
+func WithTimeoutMode(m TimeoutMode) SocketOption {
+	return socketOpt{func(c *config) error {
+		if m > TimeoutEnd {
+			return fmt.Errorf("%w: timeout mode %v", ErrInvalid, m)
+		}
+		c.toMode = m
+		return nil
+	}}
+}
+
+// endByTimeout ends the connection for a timeout in TimeoutEnd mode,
+// after the drain of the frames in flight (drain.go).
+func (c *conn) endByTimeout() {
+	switch {
+	case c.draining || c.eng.Dead():
+	case c.inFlight():
+		c.startDrain(nil, ErrTimedOut)
+	default:
+		c.endConn(ErrTimedOut)
+	}
+}
+
 // opTimeout is an operation's timeout: its deadline, and whether room for
 // its event is reserved and the event posted.
 type opTimeout struct {
 	deadline time.Time
 	reserved bool
 	fired    bool
+	watched  bool // in conn.sendTO or recvTO
 }
 
 // reserveOp reserves the room o needs in its queue: its event, and its
@@ -50,6 +108,11 @@ func (s *Socket) reserveOp(o *op) error {
 		return err
 	}
 	if d == 0 {
+		return nil
+	}
+	if s.cfg.toMode == TimeoutEnd {
+		// The operation's own event tells the timeout.
+		o.timeout = opTimeout{deadline: time.Now().Add(d)}
 		return nil
 	}
 	if err := o.q.reserve(); err != nil {
@@ -78,9 +141,10 @@ type timed struct {
 // each list is in deadline order.
 func (c *conn) watch(idx int32) {
 	o := &c.s.ops[idx]
-	if !o.timeout.reserved {
+	if o.timeout.deadline.IsZero() || o.timeout.watched {
 		return
 	}
+	o.timeout.watched = true
 	t := timed{idx, o.serial}
 	if o.kind == opSend {
 		c.sendTO = append(c.sendTO, t)
@@ -96,6 +160,10 @@ func (c *conn) checkTimeouts() time.Time {
 		return time.Time{}
 	}
 	now := time.Now()
+	if c.s.cfg.toMode == TimeoutEnd && c.timedOut(now) {
+		// Before the pass below, which drops the operations completed.
+		c.endByTimeout()
+	}
 	var next time.Time
 	for _, l := range []*[]timed{&c.sendTO, &c.recvTO} {
 		k := 0
@@ -111,6 +179,9 @@ func (c *conn) checkTimeouts() time.Time {
 				}
 				break
 			}
+			if c.s.cfg.toMode == TimeoutEnd {
+				break // ending: the drain is under way
+			}
 			o.timeout.fired = true
 			ev := EventSendTimeout
 			if o.kind == opRecv {
@@ -124,6 +195,24 @@ func (c *conn) checkTimeouts() time.Time {
 		*l = (*l)[:n]
 	}
 	return next
+}
+
+// timedOut reports whether an operation watched is outstanding past its
+// deadline.
+func (c *conn) timedOut(now time.Time) bool {
+	for _, l := range [][]timed{c.sendTO, c.recvTO} {
+		for _, t := range l {
+			o := &c.s.ops[t.idx]
+			if o.kind == 0 || o.serial != t.serial {
+				continue
+			}
+			if !o.timeout.deadline.After(now) {
+				return true
+			}
+			break // the rest are later
+		}
+	}
+	return false
 }
 
 // timeoutC returns a channel that receives at c.deadline, nil if there is

@@ -106,3 +106,95 @@ func TestOpTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestOpTimeoutEnd: in TimeoutEnd mode an operation that times out ends
+// with ETIMEDOUT and the bytes it moved, without a timeout event, and the
+// connection with it.
+func TestOpTimeoutEnd(t *testing.T) {
+	const d = 30 * time.Millisecond
+	if _, err := newStack(t).Socket(exs.SockStream, exs.WithTimeoutMode(exs.TimeoutEnd+1)); !errors.Is(err, exs.ErrInvalid) {
+		t.Errorf("an unknown timeout mode: %v, want ErrInvalid", err)
+	}
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			t.Run("recv with part of its bytes", func(t *testing.T) {
+				st := newStack(t)
+				// Long enough for the bytes to come first on a loaded
+				// machine.
+				const d = 500 * time.Millisecond
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithMode(exs.ModeIndirectOnly),
+					exs.WithOpTimeout(0, d), exs.WithTimeoutMode(exs.TimeoutEnd))
+				qs := newQueue(t, st, 1) // room for the recv's event alone
+				buf := make([]byte, 16)
+				start := time.Now()
+				if err := p.server.Recv(qs, buf, nil, exs.MsgWaitAll, "recv"); err != nil {
+					t.Fatal(err)
+				}
+				p.client.Send(p.q, []byte("hello"), nil, 0, "send")
+				waitType(t, p.q, exs.EventSend, "send")
+				ev := waitType(t, qs, exs.EventRecv, "recv")
+				if el := time.Since(start); el < d {
+					t.Errorf("recv ended after %v, want >= %v", el, d)
+				}
+				if !errors.Is(ev.Err, exs.ErrTimedOut) || !errors.Is(ev.Err, syscall.ETIMEDOUT) || ev.N != 5 || string(buf[:5]) != "hello" {
+					t.Fatalf("recv: N %d %q, %v; want 5 hello, ETIMEDOUT", ev.N, buf[:ev.N], ev.Err)
+				}
+				noEvent(t, qs)
+				// The connection has ended: later operations fail with
+				// ETIMEDOUT, the peer sees it reset.
+				if err := p.server.Send(qs, []byte("x"), nil, 0, "late"); err != nil {
+					t.Fatal(err)
+				}
+				if ev := waitType(t, qs, exs.EventSend, "late"); !errors.Is(ev.Err, exs.ErrTimedOut) {
+					t.Errorf("send after the timeout: %v, want ETIMEDOUT", ev.Err)
+				}
+				p.client.Recv(p.q, make([]byte, 4), nil, 0, "peer recv")
+				if ev := waitType(t, p.q, exs.EventRecv, "peer recv"); !errors.Is(ev.Err, exs.ErrConnReset) {
+					t.Errorf("peer recv: %v, want ECONNRESET", ev.Err)
+				}
+			})
+			t.Run("send larger than the peer's recv", func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithMode(exs.ModeDirectOnly),
+					exs.WithOpTimeout(d, 0), exs.WithTimeoutMode(exs.TimeoutEnd))
+				buf := make([]byte, 1000)
+				p.server.Recv(p.q, buf, nil, 0, "recv")
+				qc := newQueue(t, st, 2)
+				if err := p.client.Send(qc, make([]byte, 5000), nil, 0, "send"); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.client.Recv(qc, make([]byte, 8), nil, 0, "client recv"); err != nil {
+					t.Fatal(err)
+				}
+				if ev := waitType(t, p.q, exs.EventRecv, "recv"); ev.Err != nil || ev.N != 1000 {
+					t.Fatalf("peer recv: N %d, %v", ev.N, ev.Err)
+				}
+				got := []brief{briefOf(wait(t, qc)), briefOf(wait(t, qc))}
+				want := []brief{
+					{Type: exs.EventSend, User: "send", N: 1000, Err: syscall.EIO},
+					{Type: exs.EventRecv, User: "client recv", Err: syscall.EIO},
+				}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Fatalf("events (-want +got):\n%s", d)
+				}
+				rest, err := drainPeer(t, p.server, p.q)
+				if len(rest) != 0 || !errors.Is(err, exs.ErrConnReset) {
+					t.Fatalf("peer after the timeout: %d bytes, %v", len(rest), err)
+				}
+			})
+			t.Run("timeout 0 is none", func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithOpTimeout(0, 0), exs.WithTimeoutMode(exs.TimeoutEnd))
+				p.server.Recv(p.q, make([]byte, 4), nil, 0, "recv")
+				time.Sleep(2 * d)
+				noEvent(t, p.q)
+				p.client.Send(p.q, []byte("ok"), nil, 0, "send")
+				for range 2 {
+					if ev := wait(t, p.q); ev.Err != nil {
+						t.Fatalf("%v: %v", ev.User, ev.Err)
+					}
+				}
+			})
+		})
+	}
+}

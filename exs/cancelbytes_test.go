@@ -1,0 +1,175 @@
+//go:build linux
+
+package exs_test
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exsgo/exs/exs"
+)
+
+// drainPeer posts recvs on s until one fails, and returns the bytes they
+// got and the error that ended them.
+func drainPeer(t testing.TB, s *exs.Socket, q *exs.Queue) ([]byte, error) {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 48<<10)
+	for {
+		if err := s.Recv(q, buf, nil, 0, "peer recv"); err != nil {
+			t.Fatal(err)
+		}
+		ev := waitType(t, q, exs.EventRecv, "peer recv")
+		got = append(got, buf[:ev.N]...)
+		if ev.Err != nil || ev.EOF {
+			return got, ev.Err
+		}
+	}
+}
+
+// cancelHow cancels the client's send "big", by its user value or with
+// the whole socket.
+var cancelHow = []struct {
+	name string
+	do   func(s *exs.Socket, q *exs.Queue) error
+}{
+	{"CancelOp", func(s *exs.Socket, q *exs.Queue) error { return s.CancelOp(q, "big", "cancel") }},
+	{"Cancel", func(s *exs.Socket, q *exs.Queue) error { return s.Cancel(q, "cancel") }},
+}
+
+// TestCancelSendBytes cancels a send larger than what the peer can take,
+// once the peer's recv and stream buffer are full: the send reports in N
+// exactly the bytes the peer's recvs then get, before ECONNRESET.
+func TestCancelSendBytes(t *testing.T) {
+	const size = 1 << 20
+	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	for _, pv := range providers {
+		for _, how := range cancelHow {
+			for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly} {
+				t.Run(pv.name+"/"+how.name+"/"+mode.String(), func(t *testing.T) {
+					st := newStack(t)
+					p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithMode(mode), exs.WithStreamBuffer(64<<10))
+					qc := newQueue(t, st, 16)
+					first := make([]byte, 10_000)
+					p.server.Recv(p.q, first, nil, 0, "first")
+					if err := p.client.Send(qc, big, nil, 0, "big"); err != nil {
+						t.Fatal(err)
+					}
+					ev := waitType(t, p.q, exs.EventRecv, "first")
+					got := append([]byte(nil), first[:ev.N]...)
+					time.Sleep(10 * time.Millisecond) // the rest fills the stream buffer
+					if err := how.do(p.client, qc); err != nil {
+						t.Fatal(err)
+					}
+					send := waitType(t, qc, exs.EventSend, "big")
+					if !errors.Is(send.Err, syscall.ECANCELED) {
+						t.Fatalf("send: %v, want ECANCELED", send.Err)
+					}
+					if c := waitType(t, qc, exs.EventCancel, "cancel"); c.Err != nil || c.N != 1 {
+						t.Fatalf("cancel: N %d, %v", c.N, c.Err)
+					}
+					rest, err := drainPeer(t, p.server, p.q)
+					if !errors.Is(err, exs.ErrConnReset) {
+						t.Fatalf("peer's last recv: %v, want ECONNRESET", err)
+					}
+					got = append(got, rest...)
+					if send.N != len(got) || !bytes.Equal(got, big[:len(got)]) {
+						t.Fatalf("canceled send N %d, the peer got %d bytes (a prefix: %v)", send.N, len(got), bytes.Equal(got, big[:len(got)]))
+					}
+					if send.N < 10_000 || send.N >= size {
+						t.Fatalf("canceled send N %d: want the first recv's and at most a stream buffer more", send.N)
+					}
+					t.Logf("canceled after %d of %d bytes", send.N, size)
+				})
+			}
+		}
+	}
+}
+
+// TestCancelSendBytesFlowing cancels sends while the peer receives as
+// fast as it can, so that frames are in flight when the cancel comes: the
+// canceled sends report exactly the bytes the peer got.
+func TestCancelSendBytesFlowing(t *testing.T) {
+	const size, rounds = 4 << 20, 4
+	big := make([]byte, size)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	for _, pv := range providers {
+		for _, how := range cancelHow {
+			t.Run(pv.name+"/"+how.name, func(t *testing.T) {
+				for round := range rounds {
+					st := newStack(t)
+					p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithStreamBuffer(256<<10))
+					qc := newQueue(t, st, 16)
+					// Two sends: the second is canceled whole if the
+					// cancel comes during the first.
+					p.client.Send(qc, big[:size/2], nil, 0, "big")
+					p.client.Send(qc, big[size/2:], nil, 0, "big2")
+					var wg sync.WaitGroup
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(round+1) * time.Millisecond)
+						if err := how.do(p.client, qc); err != nil && !errors.Is(err, exs.ErrNotFound) {
+							t.Error(err)
+						}
+					}()
+					got, err := drainPeer(t, p.server, p.q)
+					wg.Wait()
+					evs := map[any]exs.Event{}
+					for len(evs) < 2 {
+						ev := wait(t, qc)
+						evs[ev.User] = ev
+					}
+					n := evs["big"].N + evs["big2"].N
+					if !bytes.Equal(got, big[:len(got)]) || n != len(got) {
+						t.Fatalf("round %d: sends N %d + %d (%v, %v), the peer got %d bytes (%v)",
+							round, evs["big"].N, evs["big2"].N, evs["big"].Err, evs["big2"].Err, len(got), err)
+					}
+					t.Logf("round %d: the peer got %d of %d bytes, then %v", round, len(got), size, err)
+					st.Close()
+				}
+			})
+		}
+	}
+}
+
+// TestCancelAfterComplete cancels an operation already complete: ENOENT
+// at once, nothing posted, the connection goes on.
+func TestCancelAfterComplete(t *testing.T) {
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			st := newStack(t)
+			p := connectAddr(t, st, exs.SockStream, pv.addr(t))
+			buf := make([]byte, 8)
+			p.server.Recv(p.q, buf, nil, 0, "recv")
+			p.client.Send(p.q, []byte("abc"), nil, 0, "send")
+			for range 2 {
+				if ev := wait(t, p.q); ev.Err != nil {
+					t.Fatal(ev.Err)
+				}
+			}
+			for _, c := range []struct {
+				s    *exs.Socket
+				user string
+			}{{p.client, "send"}, {p.server, "recv"}} {
+				if err := c.s.CancelOp(p.q, c.user, "cancel"); !errors.Is(err, exs.ErrNotFound) || !errors.Is(err, syscall.ENOENT) {
+					t.Errorf("cancel of the completed %s: %v, want ENOENT", c.user, err)
+				}
+			}
+			noEvent(t, p.q)
+			p.server.Recv(p.q, buf, nil, 0, "recv2")
+			p.client.Send(p.q, []byte("de"), nil, 0, "send2")
+			for range 2 {
+				if ev := wait(t, p.q); ev.Err != nil {
+					t.Fatalf("%v after the cancels: %v", ev.User, ev.Err)
+				}
+			}
+		})
+	}
+}
