@@ -173,3 +173,46 @@ func TestCancelAfterComplete(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelThenClose posts a cancel and a close together while bytes
+// flow: the cancel's drain does not hold back the close, and every event
+// comes.
+func TestCancelThenClose(t *testing.T) {
+	big := make([]byte, 4<<20)
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			for range 5 {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithStreamBuffer(256<<10))
+				qc := newQueue(t, st, 16)
+				p.client.Send(qc, big, nil, 0, "big")
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					drainPeer(t, p.server, p.q)
+				}()
+				time.Sleep(time.Millisecond)
+				if err := p.client.CancelOp(qc, "big", "cancel"); err != nil && !errors.Is(err, exs.ErrNotFound) {
+					t.Fatal(err)
+				}
+				if err := p.client.Close(qc, "close"); err != nil {
+					t.Fatal(err)
+				}
+				got := map[any]exs.Event{}
+				for got["close"].Type == 0 {
+					ev := wait(t, qc)
+					got[ev.User] = ev
+				}
+				wg.Wait()
+				if got["big"].Type != exs.EventSend {
+					t.Fatalf("no send event before the close: %v", got)
+				}
+				if n := qc.Outstanding(); n != 0 {
+					t.Fatalf("Outstanding after the close = %d", n)
+				}
+				st.Close()
+			}
+		})
+	}
+}

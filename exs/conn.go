@@ -705,6 +705,11 @@ func (c *conn) failShutdowns() int {
 // close closes the connection for Close or Stack.Close and ends the
 // goroutine.
 func (c *conn) close() {
+	if c.draining {
+		// A cancel taken with the close: it ends the connection first.
+		c.cmds = c.endDrain(c.cmds[:0])
+		c.apply()
+	}
 	c.abort(errClosedCanceled)
 	c.exec()
 	c.releaseHeld()
