@@ -216,3 +216,82 @@ func TestCancelThenClose(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelSendfileBytes cancels sendfiles while the peer receives: N is
+// the bytes the peer got, a prefix of the file's range.
+func TestCancelSendfileBytes(t *testing.T) {
+	const size = 8 << 20
+	f, data := tempFile(t, size, 3)
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			for round := range 3 {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithStreamBuffer(256<<10))
+				qc := newQueue(t, st, 16)
+				if err := p.client.Sendfile(qc, f, 1000, size, 0, "big"); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(round+1) * time.Millisecond)
+					if err := p.client.Cancel(qc, "cancel"); err != nil {
+						t.Error(err)
+					}
+				}()
+				got, err := drainPeer(t, p.server, p.q)
+				wg.Wait()
+				ev := waitType(t, qc, exs.EventSend, "big")
+				if ev.N != len(got) || !bytes.Equal(got, data[1000:1000+len(got)]) {
+					t.Fatalf("round %d: sendfile N %d (%v), the peer got %d bytes (%v)", round, ev.N, ev.Err, len(got), err)
+				}
+				if ev.Err == nil && ev.N != size-1000 {
+					t.Fatalf("round %d: sendfile N %d without error", round, ev.N)
+				}
+				waitType(t, qc, exs.EventCancel, "cancel")
+				st.Close()
+			}
+		})
+	}
+}
+
+// TestCancelSeqPacketBytes cancels a message that waits for the peer's
+// recv: it counts whole or not at all. In the stream buffer (dynamic
+// mode) the peer has it whole: N its length, and the peer's next recv
+// gets it; waiting for an ADVERT (direct-only) nothing of it went: N 0.
+func TestCancelSeqPacketBytes(t *testing.T) {
+	for _, pv := range providers {
+		for _, tt := range []struct {
+			mode  exs.Mode
+			wantN int
+		}{{exs.ModeDynamic, 6}, {exs.ModeDirectOnly, 0}} {
+			t.Run(pv.name+"/"+tt.mode.String(), func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockSeqPacket, pv.addr(t), exs.WithMode(tt.mode))
+				qc := newQueue(t, st, 16)
+				buf := make([]byte, 100)
+				p.server.Recv(p.q, buf, nil, 0, "recv")
+				p.client.Send(qc, []byte("first"), nil, 0, "first")
+				p.client.Send(qc, []byte("second"), nil, 0, "big")
+				waitType(t, qc, exs.EventSend, "first")
+				if ev := waitType(t, p.q, exs.EventRecv, "recv"); string(buf[:ev.N]) != "first" {
+					t.Fatalf("recv %q", buf[:ev.N])
+				}
+				if tt.mode == exs.ModeDynamic {
+					waitUntil(t, "the message in the stream buffer", func() bool { return p.client.Stats().BytesIndirect > 0 })
+				}
+				noEvent(t, qc) // no recv has taken "second"
+				p.client.CancelOp(qc, "big", "cancel")
+				if ev := waitType(t, qc, exs.EventSend, "big"); ev.N != tt.wantN || !errors.Is(ev.Err, exs.ErrCanceled) {
+					t.Fatalf("canceled message: N %d, %v; want %d", ev.N, ev.Err, tt.wantN)
+				}
+				waitType(t, qc, exs.EventCancel, "cancel")
+				got, err := drainPeer(t, p.server, p.q)
+				if want := "second"[:tt.wantN]; string(got) != want || !errors.Is(err, exs.ErrConnReset) {
+					t.Fatalf("the peer got %q, %v; want %q, ECONNRESET", got, err, want)
+				}
+			})
+		}
+	}
+}
