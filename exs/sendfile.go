@@ -104,7 +104,9 @@ type sfState struct {
 //
 // On a seqpacket socket the range is one message: it is read whole, into
 // memory of count bytes (at most MaxTransfer), before it is sent; a short
-// read makes a shorter message.
+// read makes a shorter message, and an empty range (count 0, or an offset
+// at or beyond the end) an empty message, as Send of an empty buffer does.
+// A read that fails sends no message.
 func (s *Socket) Sendfile(q *Queue, f *os.File, offset int64, count int, flags Flags, user any) error {
 	const name = "sendfile"
 	if err := s.checkQueue(q); err != nil {
