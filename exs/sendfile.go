@@ -56,20 +56,21 @@ func (a *sendfileArgs) release() {
 
 // sendfileRun is the state of the sendfile being fed.
 type sendfileRun struct {
-	idx      int32 // the operation's slot
-	serial   uint64
-	args     *sendfileArgs
-	chunk    int   // bytes per chunk
-	free     []int // chunks not in use
-	lens     []int // bytes in each chunk in use
-	fed      int   // bytes read and handed to the engine
-	placed   int   // bytes the peer got (drain.go)
-	sent     int   // bytes of the chunks whose sends completed
-	inflight int   // chunks handed to the engine, not complete
-	queued   bool  // a chunk was handed to the engine
-	eof      bool  // nothing more to read: the range is done, the file ended or a read failed
-	readErr  error
-	needFeed bool // a chunk is free: feed after the actions
+	idx       int32 // the operation's slot
+	serial    uint64
+	args      *sendfileArgs
+	chunk     int   // bytes per chunk
+	free      []int // chunks not in use
+	lens      []int // bytes in each chunk in use
+	fed       int   // bytes read and handed to the engine
+	placed    int   // bytes the peer got (drain.go)
+	sent      int   // bytes of the chunks whose sends completed
+	inflight  int   // chunks handed to the engine, not complete
+	queued    bool  // a chunk was handed to the engine
+	eof       bool  // nothing more to read: the range is done, the file ended or a read failed
+	readErr   error
+	needFeed  bool // a chunk is free: feed after the actions
+	waitSends bool // nothing was handed over: complete after the earlier sends
 }
 
 // sfState is a conn's part for sendfiles.
@@ -194,11 +195,13 @@ func (c *conn) hold(idx int32) bool {
 // releaseHeld hands the held operations to the engine once no sendfile is
 // being fed.
 func (c *conn) releaseHeld() {
+	c.endWaiting()
 	for c.sfr == nil && len(c.held) > 0 {
 		h := c.held
 		c.held = nil
 		c.applyOps(h)
 	}
+	c.endWaiting()
 	if r := c.sfr; r != nil && r.needFeed && !c.draining {
 		r.needFeed = false
 		c.feed()
@@ -235,10 +238,10 @@ func (c *conn) feed() {
 		b := r.args.buf[k*r.chunk : k*r.chunk+want]
 		n, err := r.args.file.ReadAt(b, r.args.offset+int64(r.fed))
 		switch {
-		case errors.Is(err, io.EOF) || n < want:
-			r.eof = true
-		case err != nil:
+		case err != nil && !errors.Is(err, io.EOF):
 			r.eof, r.readErr = true, err
+		case n < want:
+			r.eof = true // the end of the file
 		}
 		r.fed += n
 		if r.fed == r.args.count {
@@ -254,6 +257,17 @@ func (c *conn) feed() {
 		c.acts = c.eng.QueueSend(c.acts, idChunk|(r.serial&(1<<32-1))<<8|uint64(k), n)
 	}
 	if r.eof && r.inflight == 0 {
+		// Nothing handed over (a seqpacket read that failed): the
+		// sendfile completes after the sends before it.
+		r.waitSends = !r.queued
+		c.endWaiting()
+	}
+}
+
+// endWaiting completes the sendfile that handed nothing to the engine
+// once the sends before it have completed.
+func (c *conn) endWaiting() {
+	if r := c.sfr; r != nil && r.waitSends && c.eng.State().Sends == 0 {
 		c.endSendfile(r.sent, r.readErr)
 	}
 }

@@ -190,6 +190,11 @@ func TestSendfileBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dir.Close()
+	wronly, err := os.OpenFile(filepath.Join(t.TempDir(), "w"), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wronly.Close()
 	unconnected, _ := st.Socket(exs.SockStream)
 	tests := []struct {
 		name   string
@@ -209,6 +214,7 @@ func TestSendfileBadInput(t *testing.T) {
 		{"closed file", p.client, p.q, closed, 0, 1, 0, exs.ErrInvalid},
 		{"pipe", p.client, p.q, pr, 0, 1, 0, exs.ErrInvalid},
 		{"directory", p.client, p.q, dir, 0, 1, 0, exs.ErrInvalid},
+		{"not open for reading", p.client, p.q, wronly, 0, 1, 0, exs.ErrInvalid},
 		{"unconnected socket", unconnected, p.q, f, 0, 1, 0, exs.ErrNotConnected},
 	}
 	for _, tt := range tests {
@@ -274,5 +280,60 @@ func TestSendfileSeqPacket(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSendfileReadError: a read that fails ends the sendfile with its
+// errno, and the stream goes on. /proc/self/mem is a regular file whose
+// pread at address 0 (never mapped) fails with EIO.
+func TestSendfileReadError(t *testing.T) {
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer mem.Close()
+	if _, err := mem.ReadAt(make([]byte, 1), 0); !errors.Is(err, syscall.EIO) {
+		t.Skipf("pread of /proc/self/mem at 0: %v, not EIO", err)
+	}
+	for _, pv := range providers {
+		for _, typ := range []exs.SockType{exs.SockStream, exs.SockSeqPacket} {
+			t.Run(pv.name+"/"+typ.String(), func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, typ, pv.addr(t))
+				qc := newQueue(t, st, 16)
+				bufs := [][]byte{make([]byte, 8), make([]byte, 8)}
+				for i, b := range bufs {
+					p.server.Recv(p.q, b, nil, 0, i)
+				}
+				p.client.Send(qc, []byte("a"), nil, 0, "before")
+				if err := p.client.Sendfile(qc, mem, 0, 100, 0, "sendfile"); err != nil {
+					t.Fatal(err)
+				}
+				p.client.Send(qc, []byte("b"), nil, 0, "after")
+				evs := []exs.Event{wait(t, qc), wait(t, qc), wait(t, qc)}
+				if !errors.Is(evs[1].Err, syscall.EIO) {
+					t.Fatalf("sendfile: %v, want EIO", evs[1].Err)
+				}
+				got := []brief{briefOf(evs[0]), briefOf(evs[1]), briefOf(evs[2])}
+				want := []brief{
+					{Type: exs.EventSend, User: "before", N: 1},
+					{Type: exs.EventSend, User: "sendfile", Err: syscall.EIO},
+					{Type: exs.EventSend, User: "after", N: 1},
+				}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Fatalf("events (-want +got):\n%s", d)
+				}
+				// The stream goes on: the peer gets the two sends (in one
+				// recv or two on a stream).
+				var got2 []byte
+				for i := 0; len(got2) < 2; i++ {
+					ev := waitType(t, p.q, exs.EventRecv, i)
+					got2 = append(got2, bufs[i][:ev.N]...)
+				}
+				if string(got2) != "ab" {
+					t.Fatalf("the peer got %q, want ab", got2)
+				}
+			})
+		}
 	}
 }
