@@ -87,10 +87,11 @@ type sfState struct {
 // exs_sendfile: the bytes go from the file to the peer through the
 // library's registered memory (reads of a few 256 KiB chunks, in pipeline
 // with their transfers), never through the caller's memory. f must be a
-// regular file (a pipe, a socket or a device fails with ErrInvalid); the
-// call duplicates its descriptor, so the caller may close f at once. flags
-// must be 0. The reads run in the socket's progress goroutine with pread,
-// at offset onwards, and do not move f's file offset.
+// regular file open for reading (a pipe, a socket, a device or a
+// write-only file fails with ErrInvalid); the call duplicates its
+// descriptor, so the caller may close f at once. flags must be 0. The
+// reads run in the socket's progress goroutine with pread, at offset
+// onwards, and do not move f's file offset.
 //
 // The sendfile is a send: it takes a send's place in the socket's order
 // and limits, and completes with one EventSend whose N is the bytes sent.
