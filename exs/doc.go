@@ -33,8 +33,8 @@
 //
 // # Operations and events
 //
-// Accept, Connect, Send, Recv, Shutdown, Close, Cancel, CancelOp and Poll
-// are asynchronous:
+// Accept, Connect, Send, Recv, SendMsg, RecvMsg, Shutdown, Close, Cancel,
+// CancelOp and Poll are asynchronous:
 // each returns at once, and each one it accepts (the call returns nil)
 // posts exactly one Event, to the Queue named in the call, when it
 // completes. The Event says which operation (Type), on which Socket, with
@@ -59,6 +59,13 @@
 // one message that fills one recv; a message longer than its recv fails
 // both with EMSGSIZE; an empty message completes its recv with N 0 and EOF
 // not set.
+//
+// SendMsg and RecvMsg are the vectored Send and Recv (exs_sendmsg and
+// exs_recvmsg): several buffers, each with its own memory handle or none,
+// as one operation that completes with one EventSendMsg or EventRecvMsg.
+// A SendMsg's bytes are gathered by the WRITEs' scatter/gather lists, never
+// copied together; a RecvMsg into several buffers comes through the stream
+// buffer (an ADVERT names one region).
 //
 // Poll posts a readiness poll (PollIn, PollOut) that completes with one
 // EventPoll when a condition holds; it is a notification, not a
