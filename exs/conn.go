@@ -336,9 +336,7 @@ func (c *conn) apply() {
 		case opRecv:
 			c.watch(idx)
 			if o.vec != nil {
-				// An ADVERT names one region: a recv into several
-				// buffers is filled from the stream buffer.
-				c.acts = c.eng.PostRecvUnadvertised(c.acts, uint64(idx), o.size(), o.waitAll)
+				c.postVecRecv(idx, o)
 			} else {
 				c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
 			}
@@ -425,13 +423,20 @@ func (c *conn) do(a *dynproto.Action) bool {
 		}
 		return c.addFrame(a)
 	case dynproto.CopyOut:
-		o := &s.ops[a.ID]
+		o := &s.ops[uint32(a.ID)]
 		if o.vec != nil {
-			o.scatter(a.Off, c.ring[a.RingOff:a.RingOff+a.Len])
+			o.scatter(a.ID, a.Off, c.ring[a.RingOff:a.RingOff+a.Len])
 		} else {
 			copy(o.buf[a.Off:a.Off+a.Len], c.ring[a.RingOff:a.RingOff+a.Len])
 		}
 	case dynproto.SendDone, dynproto.RecvDone:
+		if o := &s.ops[uint32(a.ID)]; o.vst.split {
+			done, last := o.pieceDone(a, c.eng.Gone())
+			if !last {
+				return true
+			}
+			a = &done
+		}
 		if a.Err != nil && a.Err == c.deadErr {
 			c.canceled++
 		}
@@ -535,8 +540,8 @@ func (c *conn) addFrame(a *dynproto.Action) bool {
 	slot := int(c.frameSeq % uint64(c.sendDepth))
 	f := a.Frame
 	if f.Type == dynproto.FrameAdvert {
-		o := &c.s.ops[a.ID]
-		f.RKey, f.Addr = uint32(o.mr.RKey()), o.addr
+		o := &c.s.ops[uint32(a.ID)]
+		f.RKey, f.Addr = o.advertised(a.ID)
 	}
 	f.Encode(c.frSend[slot*dynproto.FrameSize:])
 	c.sges[c.sgeUsed] = c.frSendMR.SGE(slot*dynproto.FrameSize, dynproto.FrameSize)

@@ -64,8 +64,9 @@
 // exs_recvmsg): several buffers, each with its own memory handle or none,
 // as one operation that completes with one EventSendMsg or EventRecvMsg.
 // A SendMsg's bytes are gathered by the WRITEs' scatter/gather lists, never
-// copied together; a RecvMsg into several buffers comes through the stream
-// buffer (an ADVERT names one region).
+// copied together. An ADVERT names one region: a stream RecvMsg with
+// MsgWaitAll advertises each of its buffers, any other RecvMsg into several
+// buffers is filled from the stream buffer.
 //
 // Poll posts a readiness poll (PollIn, PollOut) that completes with one
 // EventPoll when a condition holds; it is a notification, not a

@@ -106,6 +106,7 @@ type op struct {
 	mr      *verbs.MR // the registration of buf on the socket's device, if any
 	msg     bool      // posted by SendMsg or RecvMsg
 	vec     []piece   // SendMsg, RecvMsg: the buffers, if more than one is not empty
+	vst     vecState  // a RecvMsg posted to the engine as one recv per buffer
 	serial  uint64    // tells the operations of one slot apart (CancelOp)
 	timeout opTimeout // WithOpTimeout's deadline and its reserved event
 	target  int32     // the slot CancelOp cancels, with its serial in tserial

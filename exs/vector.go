@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/exsgo/exs/dynproto"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -67,13 +68,16 @@ func (s *Socket) SendMsg(q *Queue, iov []IOVec, flags Flags, user any) error {
 // MsgWaitAll, which waits for every buffer to be full (or the stream to
 // end).
 //
-// A recv into one non-empty buffer is a Recv: the peer may place the bytes
-// directly into it. An ADVERT names one region of memory, so a recv into
-// several non-empty buffers is not advertised: the bytes come through the
-// stream buffer, and are copied from it into the buffers (with no
-// registration of the buffers that have no handle). A socket in
-// ModeDirectOnly has no stream buffer, and refuses such a recv
-// (ErrInvalid).
+// What the peer may place directly: an ADVERT names one region of memory.
+// A recv into one non-empty buffer is a Recv: advertised, the peer may
+// place the bytes directly into it. A stream recv with MsgWaitAll fills
+// each buffer in full before the next, so it is taken as one MSG_WAITALL
+// recv per buffer, each advertised as a Recv is (buffers without a handle
+// are registered for it): the peer may place directly into every one. Any
+// other recv into several buffers (without MsgWaitAll, or seqpacket) is
+// not advertised: its bytes come through the stream buffer and are copied
+// from it into the buffers, which need no registration; a socket in
+// ModeDirectOnly has no stream buffer and refuses it (ErrInvalid).
 //
 // The recv completes with one EventRecvMsg whose N is the total length
 // received, and ends as Recv does (EOF, EMSGSIZE, ECONNRESET). A call that
@@ -107,7 +111,12 @@ func (s *Socket) postVec(kind opKind, q *Queue, iov []IOVec, flags Flags, user a
 		}
 	}
 	if nonEmpty > 1 {
-		if kind == opRecv && s.cfg.mode == ModeDirectOnly {
+		// A stream recv with MsgWaitAll fills each buffer in full before
+		// the next: the engine takes it as one MSG_WAITALL recv per
+		// buffer, each advertised like any recv (but in
+		// ModeIndirectOnly, which advertises nothing).
+		o.vst.split = kind == opRecv && s.typ == SockStream && o.waitAll && s.cfg.mode != ModeIndirectOnly
+		if kind == opRecv && !o.vst.split && s.cfg.mode == ModeDirectOnly {
 			return opErr(name, "", fmt.Errorf("%w: a recv into %d buffers needs a stream buffer, which ModeDirectOnly has not", ErrInvalid, nonEmpty))
 		}
 		o.buf, o.mh = nil, nil
@@ -166,9 +175,9 @@ func (s *Socket) takeVecMem(o *op, need Access) error {
 			if err = p.mh.acquire(); err == nil {
 				p.mr = p.mh.mrs[s.dev.idx]
 			}
-		case o.kind == opSend:
-			// A recv of several pieces is never advertised: its pieces
-			// are only copied into, and need no registration.
+		case o.kind == opSend || o.vst.split:
+			// An unadvertised recv's pieces are only copied into, and
+			// need no registration.
 			if p.mr, err = s.dev.pd.RegisterMR(p.buf, need.verbs()); err == nil {
 				p.tmp = true
 			}
@@ -224,8 +233,13 @@ func (o *op) appendSGEs(sg []verbs.SGE, off, n int) []verbs.SGE {
 	return sg
 }
 
-// scatter copies src into o's pieces from byte off on.
-func (o *op) scatter(off int, src []byte) {
+// scatter copies src into o's pieces from byte off on, for the engine's
+// recv id: off counts from the start of the recv's piece if o is split.
+func (o *op) scatter(id uint64, off int, src []byte) {
+	if o.vst.split {
+		copy(o.vec[id>>32].buf[off:], src)
+		return
+	}
 	for i := o.pieceAt(off); len(src) > 0; i++ {
 		p := &o.vec[i]
 		k := copy(p.buf[off-p.off:], src)
@@ -244,4 +258,63 @@ func (o *op) msgEvent(ev *Event) {
 	if e, ok := ev.Err.(*OpError); ok {
 		e.Op += "msg"
 	}
+}
+
+// vecState is the progress of a RecvMsg that the engine takes as one
+// MSG_WAITALL recv per buffer (split): the engine recv of piece k has the
+// identifier slot | k<<32, and they complete in order.
+type vecState struct {
+	split bool
+	done  int   // pieces complete
+	got   int   // bytes received into them
+	ended bool  // a piece ended short, or failed: its outcome is the recv's
+	err   error // that piece's error
+	eof   bool  // that piece met the end of the stream
+}
+
+// postVecRecv hands the RecvMsg o, in slot idx, to the engine.
+func (c *conn) postVecRecv(idx int32, o *op) {
+	if !o.vst.split {
+		// An ADVERT names one region: a recv into several buffers is
+		// filled from the stream buffer.
+		c.acts = c.eng.PostRecvUnadvertised(c.acts, uint64(idx), o.size(), o.waitAll)
+		return
+	}
+	for k := range o.vec {
+		c.acts = c.eng.PostRecv(c.acts, uint64(idx)|uint64(k)<<32, len(o.vec[k].buf), true)
+	}
+}
+
+// pieceDone takes the completion of one piece of a split RecvMsg, and once
+// the last one is complete returns the completion of the whole: N is the
+// bytes of every piece, and the outcome (error, end of stream) that of the
+// first piece that ended short, as a MSG_WAITALL recv ends. After the
+// peer went (gone), a recv that holds bytes completes with them and no
+// error (the close rule): so does a RecvMsg whose earlier pieces hold
+// bytes when a later one fails.
+func (o *op) pieceDone(a *dynproto.Action, gone bool) (dynproto.Action, bool) {
+	v := &o.vst
+	k := int(a.ID >> 32)
+	v.done++
+	v.got += a.Len
+	if !v.ended && (a.Err != nil || a.Len < len(o.vec[k].buf)) {
+		v.ended, v.err, v.eof = true, a.Err, a.EOF
+		if gone && v.got > 0 {
+			v.err = nil
+		}
+	}
+	if v.done < len(o.vec) {
+		return dynproto.Action{}, false
+	}
+	return dynproto.Action{Kind: dynproto.RecvDone, ID: uint64(uint32(a.ID)), Len: v.got, Err: v.err, EOF: v.eof && v.got == 0}, true
+}
+
+// advertised returns the key and address of the memory the ADVERT of the
+// engine's recv id names: o's buffer, or its piece's if o is split.
+func (o *op) advertised(id uint64) (uint32, uint64) {
+	if o.vst.split {
+		p := &o.vec[id>>32]
+		return uint32(p.mr.RKey()), p.addr
+	}
+	return uint32(o.mr.RKey()), o.addr
 }

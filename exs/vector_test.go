@@ -2,7 +2,9 @@ package exs_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/exsgo/exs/exs"
 	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+	"github.com/exsgo/exs/verbs/faults"
+	"github.com/exsgo/exs/verbs/inproc"
 )
 
 // The tests of SendMsg and RecvMsg run over each provider of providers
@@ -74,6 +79,7 @@ func TestVecBadInput(t *testing.T) {
 			{name: "recv flags", s: p.server, recv: true, iov: iov(mem[:1]), flags: 0x80, want: []error{exs.ErrInvalid}},
 			{name: "recv of two buffers, direct-only", s: pd.server, recv: true, iov: iov(mem[:1], mem[1:2]), want: []error{exs.ErrInvalid}},
 			{name: "send of MaxIOV buffers", s: p.client, iov: maxOK},
+			{name: "waitall recv of two buffers, direct-only", s: pd.server, recv: true, iov: iov(mem[8:9], mem[9:16]), flags: exs.MsgWaitAll},
 			{name: "recv of one buffer and empties, direct-only", s: pd.server, recv: true, iov: iov(nil, mem[:8], nil)},
 		} {
 			var err error
@@ -98,11 +104,11 @@ func TestVecBadInput(t *testing.T) {
 		if err := p.server.Recv(p.q, rb, nil, exs.MsgWaitAll, "r"); err != nil {
 			t.Fatal(err)
 		}
-		if err := pd.client.Send(p.q, []byte("12345678"), nil, 0, "s"); err != nil {
+		if err := pd.client.Send(p.q, []byte("1234567890abcdef"), nil, 0, "s"); err != nil {
 			t.Fatal(err)
 		}
 		got := map[any]brief{}
-		for range 4 {
+		for range 5 {
 			ev := wait(t, p.q)
 			b := briefOf(ev)
 			b.User = nil
@@ -111,7 +117,8 @@ func TestVecBadInput(t *testing.T) {
 		want := map[any]brief{
 			"send of MaxIOV buffers": {Type: exs.EventSendMsg, N: exs.MaxIOV},
 			"r":                      {Type: exs.EventRecv, N: exs.MaxIOV},
-			"s":                      {Type: exs.EventSend, N: 8},
+			"s":                      {Type: exs.EventSend, N: 16},
+			"waitall recv of two buffers, direct-only":    {Type: exs.EventRecvMsg, N: 8},
 			"recv of one buffer and empties, direct-only": {Type: exs.EventRecvMsg, N: 8},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -252,12 +259,13 @@ func vecIntegrity(t *testing.T, r *rand.Rand, typ exs.SockType, mode exs.Mode, a
 		outS++
 	}
 	postRecv := func(n int) {
+		op := recvOp{waitAll: typ == exs.SockStream && r.IntN(2) == 0}
 		maxN := 9
-		if mode == exs.ModeDirectOnly {
-			maxN = 1
+		if mode == exs.ModeDirectOnly && !op.waitAll {
+			maxN = 1 // a RecvMsg into several buffers needs MsgWaitAll
 		}
 		ra.next = nextRecv % window * maxSize
-		op := recvOp{v: ra.vector(n, maxN), waitAll: typ == exs.SockStream && r.IntN(2) == 0}
+		op.v = ra.vector(n, maxN)
 		var flags exs.Flags
 		if op.waitAll {
 			flags = exs.MsgWaitAll
@@ -360,11 +368,14 @@ type vecResult struct {
 
 func vecResultOf(ev exs.Event, data []byte) vecResult {
 	r := vecResult{Type: ev.Type, N: ev.N, EOF: ev.EOF}
-	var errno syscall.Errno
-	if errors.As(ev.Err, &errno) {
-		r.Err = errno.Error()
-	} else if ev.Err != nil {
+	if ev.Err != nil {
 		r.Err = ev.Err.Error()
+		for _, e := range []syscall.Errno{syscall.ECONNRESET, syscall.EMSGSIZE, syscall.ECANCELED, syscall.EPIPE} {
+			if errors.Is(ev.Err, e) {
+				r.Err = e.Error()
+				break
+			}
+		}
 	}
 	if data != nil && ev.Err == nil {
 		r.Data = string(data[:ev.N])
@@ -563,5 +574,191 @@ func TestVecDirect(t *testing.T) {
 		if err := st.Mderegister(mh); err != nil {
 			t.Errorf("mderegister after the send: %v", err)
 		}
+
+		// A RecvMsg with MsgWaitAll advertises each of its buffers: one
+		// Send fills them by one direct transfer each, no copy.
+		rmem := make([]byte, 2*piece)
+		rmh, err := st.Mregister(rmem, exs.AccessWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rv := []exs.IOVec{{Buf: rmem[:piece], MH: rmh}, {Buf: make([]byte, piece)}, {}, {Buf: rmem[piece:], MH: rmh}, {Buf: make([]byte, piece)}}
+		if err := p.server.RecvMsg(p.q, rv, exs.MsgWaitAll, "recvmsg"); err != nil {
+			t.Fatal(err)
+		}
+		sbuf := make([]byte, 4*piece)
+		fillStream(sbuf, 4*piece)
+		if err := p.client.Send(p.q, sbuf, nil, 0, "send"); err != nil {
+			t.Fatal(err)
+		}
+		got = map[any]vecResult{}
+		for range 2 {
+			ev := wait(t, p.q)
+			got[ev.User] = vecResultOf(ev, nil)
+		}
+		want = map[any]vecResult{"send": {Type: exs.EventSend, N: 4 * piece}, "recvmsg": {Type: exs.EventRecvMsg, N: 4 * piece}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("recvmsg events (-want +got):\n%s", diff)
+		}
+		if k := checkStream(gather(rv, 4*piece), 4*piece); k >= 0 {
+			t.Errorf("recvmsg: wrong byte at %d", k)
+		}
+		cs2, ss2 := p.client.Stats(), p.server.Stats()
+		if diff := cmp.Diff(transfers{Direct: 1 + 4, BytesDirect: 8 * piece},
+			transfers{cs2.TransfersDirect, cs2.BytesDirect, cs2.TransfersIndirect, ss2.BytesCopied}); diff != "" {
+			t.Errorf("recvmsg transfers (-want +got):\n%s", diff)
+		}
 	})
+}
+
+// TestVecPeerReset checks the close rule on a MsgWaitAll RecvMsg: after the
+// peer closed without shutting down, a RecvMsg that holds bytes completes
+// with them and no error, even when its later buffers are empty, and the
+// next one fails with ECONNRESET.
+func TestVecPeerReset(t *testing.T) {
+	forProviders(t, func(t *testing.T, addr func(testing.TB) string) {
+		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
+			t.Run(mode.String(), func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, addr(t), exs.WithMode(mode))
+				a, b, c := make([]byte, 10), make([]byte, 20), make([]byte, 10)
+				if err := p.server.RecvMsg(p.q, iov(a, b, c), exs.MsgWaitAll, "held"); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.server.RecvMsg(p.q, iov(a[:1], b[:1]), exs.MsgWaitAll, "after"); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.client.Send(p.q, []byte("0123456789abc"), nil, 0, "send"); err != nil {
+					t.Fatal(err)
+				}
+				waitType(t, p.q, exs.EventSend, "send")
+				if err := p.client.Close(p.q, "close"); err != nil {
+					t.Fatal(err)
+				}
+				got := map[any]vecResult{}
+				for range 3 {
+					ev := wait(t, p.q)
+					var data []byte
+					if ev.User == "held" {
+						data = append(append([]byte{}, a...), b...)
+					}
+					got[ev.User] = vecResultOf(ev, data)
+				}
+				want := map[any]vecResult{
+					"close": {Type: exs.EventClose},
+					"held":  {Type: exs.EventRecvMsg, N: 13, Data: "0123456789abc"},
+					"after": {Type: exs.EventRecvMsg, Err: syscall.ECONNRESET.Error()},
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			})
+		}
+	})
+}
+
+// TestVecCancel cancels a RecvMsg and a SendMsg outstanding: each counts
+// once in the cancel's N, whatever its number of buffers, and completes
+// with ECANCELED.
+func TestVecCancel(t *testing.T) {
+	forProviders(t, func(t *testing.T, addr func(testing.TB) string) {
+		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
+			t.Run(mode.String(), func(t *testing.T) {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, addr(t), exs.WithMode(mode))
+				if err := p.server.RecvMsg(p.q, iov(make([]byte, 10), make([]byte, 20)), exs.MsgWaitAll, "recvmsg"); err != nil {
+					t.Fatal(err)
+				}
+				// No recv at the client: in direct-only mode this send
+				// waits for one.
+				if err := p.server.SendMsg(p.q, iov(make([]byte, 10), make([]byte, 20)), 0, "sendmsg"); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.server.CancelOp(p.q, "recvmsg", "cancel"); err != nil {
+					t.Fatal(err)
+				}
+				got := map[any]vecResult{}
+				for len(got) < 3 {
+					ev := wait(t, p.q)
+					got[ev.User] = vecResultOf(ev, nil)
+				}
+				ecanceled := syscall.ECANCELED.Error()
+				want := map[any]vecResult{
+					"recvmsg": {Type: exs.EventRecvMsg, Err: ecanceled},
+					"cancel":  {Type: exs.EventCancel, N: 2},
+				}
+				if ev := got["sendmsg"]; mode == exs.ModeDirectOnly || ev.Err != "" {
+					want["sendmsg"] = vecResult{Type: exs.EventSendMsg, Err: ecanceled}
+				} else {
+					// Written into the peer's stream buffer before the
+					// cancel.
+					want["sendmsg"] = vecResult{Type: exs.EventSendMsg, N: 30}
+					want["cancel"] = vecResult{Type: exs.EventCancel, N: 1}
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			})
+		}
+	})
+}
+
+// TestVecWrites counts the RDMA WRITEs of a SendMsg into a recv the peer
+// advertised, through the faults wrapper of the in-process provider: the
+// buffers of the send are the scatter/gather entries of one WRITE, up to 8
+// per WRITE.
+func TestVecWrites(t *testing.T) {
+	for _, tt := range []struct {
+		pieces, size int
+		want         []int // the lengths of the WRITEs
+	}{
+		{pieces: 1, size: 256 << 10, want: []int{256 << 10}},
+		{pieces: 4, size: 64 << 10, want: []int{256 << 10}},
+		{pieces: 8, size: 16 << 10, want: []int{128 << 10}},
+		{pieces: 12, size: 16 << 10, want: []int{128 << 10, 64 << 10}},
+	} {
+		t.Run(fmt.Sprintf("%dx%s", tt.pieces, sizeName(tt.size)), func(t *testing.T) {
+			var (
+				mu     sync.Mutex
+				writes []int
+			)
+			fp := faults.New(inproc.New())
+			fp.Set(faults.Filters{Message: func(m *faults.Msg) faults.Fault {
+				if m.Op == verbs.OpWrite {
+					mu.Lock()
+					writes = append(writes, m.Len)
+					mu.Unlock()
+				}
+				return faults.Fault{}
+			}})
+			st := newStack(t, exs.WithProvider("inproc", fp))
+			p := connectAddr(t, st, exs.SockStream, testAddr(t), exs.WithMode(exs.ModeDirectOnly))
+			total := tt.pieces * tt.size
+			rbuf := make([]byte, total)
+			if err := p.server.Recv(p.q, rbuf, nil, exs.MsgWaitAll, "recv"); err != nil {
+				t.Fatal(err)
+			}
+			v := make([]exs.IOVec, tt.pieces)
+			for i := range v {
+				v[i].Buf = make([]byte, tt.size)
+				fillStream(v[i].Buf, uint64(i*tt.size))
+			}
+			if err := p.client.SendMsg(p.q, v, 0, "send"); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if ev := wait(t, p.q); ev.Err != nil || ev.N != total {
+					t.Fatalf("%v: %d bytes, %v", ev.Type, ev.N, ev.Err)
+				}
+			}
+			if k := checkStream(rbuf, 0); k >= 0 {
+				t.Errorf("wrong byte at %d", k)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff(tt.want, writes); diff != "" {
+				t.Errorf("WRITEs (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
