@@ -3,6 +3,7 @@ package exs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"syscall"
 	"time"
 
@@ -471,18 +472,35 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 		sg = append(sg, verbs.SGE{Addr: o.addr + uint64(a.Off), Len: uint32(a.Len), LKey: o.mr.LKey()})
 	}
 	c.sg = sg
-	room := 0 // entries the open WRITE takes
-	if c.open >= 0 && key == c.openKey && raddr == c.openEnd {
-		room = min(maxGather-len(c.wrs[c.open].SGL), len(sg))
-	}
-	if c.sgeUsed+len(sg) > len(c.sges) || len(c.wrs)+writesFor(len(sg)-room) > cap(c.wrs) {
-		c.flush()
+	// The open WRITE takes the entries it has room for; its last entry
+	// takes the first one if the local memory continues it (one copy
+	// instead of two for a provider that copies).
+	extend, merge, room := false, false, 0
+	plan := func() {
+		extend = c.open >= 0 && key == c.openKey && raddr == c.openEnd
+		merge = extend && adjacent(&c.sges[c.sgeUsed-1], &sg[0])
 		room = 0
+		if extend {
+			room = min(maxGather-len(c.wrs[c.open].SGL), len(sg)-b2i(merge))
+		}
+	}
+	plan()
+	rest := len(sg) - b2i(merge) - room // entries for new WRITEs
+	if c.sgeUsed+len(sg) > len(c.sges) || len(c.wrs)+writesFor(rest) > cap(c.wrs) {
+		c.flush()
+		plan()
+		rest = len(sg)
 	}
 	// Leave room for the frame that announces the writes: a write
 	// waiting for its frame completes only with it.
-	if n := writesFor(len(sg) - room); n > 0 && (c.outstanding+n >= c.sendDepth || c.failed) {
+	if n := writesFor(rest); n > 0 && (c.outstanding+n >= c.sendDepth || c.failed) {
 		return c.failed
+	}
+	if merge {
+		c.sges[c.sgeUsed-1].Len += sg[0].Len
+		c.openEnd += uint64(sg[0].Len)
+		raddr += uint64(sg[0].Len)
+		sg = sg[1:]
 	}
 	if room > 0 {
 		w := &c.wrs[c.open]
@@ -511,6 +529,19 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 	}
 	c.pendWrites++
 	return true
+}
+
+// adjacent reports whether entry b continues entry a in local memory, so
+// that a can take it: same key, and a length that fits.
+func adjacent(a, b *verbs.SGE) bool {
+	return a.LKey == b.LKey && a.Addr+uint64(a.Len) == b.Addr && uint64(a.Len)+uint64(b.Len) <= math.MaxUint32
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // writesFor returns how many WRITEs carry n scatter/gather entries.

@@ -220,13 +220,19 @@ func (o *op) pieceAt(off int) int {
 }
 
 // appendSGEs appends the scatter/gather entries of the n bytes at off of
-// o's pieces to sg.
+// o's pieces to sg, one per piece, or one for pieces that follow each
+// other in memory under the same key.
 func (o *op) appendSGEs(sg []verbs.SGE, off, n int) []verbs.SGE {
 	for i := o.pieceAt(off); n > 0; i++ {
 		p := &o.vec[i]
 		at := off - p.off
 		k := min(n, len(p.buf)-at)
-		sg = append(sg, verbs.SGE{Addr: p.addr + uint64(at), Len: uint32(k), LKey: p.mr.LKey()})
+		e := verbs.SGE{Addr: p.addr + uint64(at), Len: uint32(k), LKey: p.mr.LKey()}
+		if len(sg) > 0 && adjacent(&sg[len(sg)-1], &e) {
+			sg[len(sg)-1].Len += e.Len // buffers adjacent in memory: one entry
+		} else {
+			sg = append(sg, e)
+		}
 		off += k
 		n -= k
 	}

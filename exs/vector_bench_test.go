@@ -15,9 +15,10 @@ import (
 // and k WAITALL recvs of 1 MiB posted on registered buffers (the recvs
 // are plain Recvs), reposting each as its event arrives; one iteration is
 // a round of 16 messages, so MB/s is the throughput. The pieces of a
-// SendMsg are consecutive quarters of the same registered buffer as the
-// Send's, with the handle: what differs is the scatter/gather list (4
-// entries instead of 1) and the bookkeeping of the vector.
+// SendMsg lie in a registered buffer like the Send's, with the handle:
+// consecutive quarters of a send buffer (adjacent, so one scatter/gather
+// entry, as for the Send), or apart (4 entries, so 4 copies of 256 KiB for
+// a provider that copies, where the Send's is one copy of 1 MiB).
 //
 //	go test -run '^$' -bench 'SendMsg$' -count 5 ./exs/
 //
@@ -26,9 +27,9 @@ import (
 func BenchmarkSendMsg(b *testing.B) {
 	for _, pr := range providers {
 		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
-			for _, pieces := range []int{1, 4} {
-				b.Run(fmt.Sprintf("%s/%v/%s", pr.name, mode, vecName(pieces)), func(b *testing.B) {
-					vb := newVecBench(b, pr.addr(b), pieces, exs.WithMode(mode))
+			for _, l := range vecLayouts {
+				b.Run(fmt.Sprintf("%s/%v/%s", pr.name, mode, l.name), func(b *testing.B) {
+					vb := newVecBench(b, pr.addr(b), l.pieces, l.apart, exs.WithMode(mode))
 					b.SetBytes(vecRound * vecSize)
 					b.ReportAllocs()
 					cpu0 := processCPU()
@@ -46,41 +47,52 @@ func BenchmarkSendMsg(b *testing.B) {
 	}
 }
 
-// BenchmarkSendMsgPaired runs the two sends of BenchmarkSendMsg (dynamic
-// mode) on two connections, alternately, a round of 16 MiB each (each
-// first in turn), so that both see the same load; one iteration is one
-// round of each. It reports
-// the median over the iterations of the ratio of their throughputs
-// (sendmsg/send: 1 is the same speed), and each one's throughput in its
-// median round.
+// BenchmarkSendMsgPaired runs the sends of BenchmarkSendMsg on one
+// connection each, in turn, a round of 16 MiB each (each first in turn),
+// so that all see the same load; one iteration is one round of each. It
+// reports each one's throughput in its median round, and for each SendMsg
+// the median over the iterations of the ratio of its throughput to the
+// Send's (1 is the same speed).
 //
 //	go test -run '^$' -bench 'SendMsgPaired' -count 5 ./exs/
 func BenchmarkSendMsgPaired(b *testing.B) {
 	for _, pr := range providers {
-		b.Run(pr.name, func(b *testing.B) {
-			one := newVecBench(b, pr.addr(b), 1)
-			four := newVecBench(b, pr.addr(b), 4)
-			var t1, t4, ratio []float64
-			timed := func(vb *vecBench) float64 {
-				s := time.Now()
-				vb.round()
-				return time.Since(s).Seconds()
-			}
-			for i := 0; b.Loop(); i++ {
-				var d1, d4 float64
-				if i%2 == 0 { // each first in turn
-					d1, d4 = timed(one), timed(four)
-				} else {
-					d4, d1 = timed(four), timed(one)
-				}
-				t1, t4, ratio = append(t1, d1), append(t4, d4), append(ratio, d1/d4)
-			}
-			b.StopTimer()
-			mb := float64(vecRound*vecSize) / 1e6
-			b.ReportMetric(median(ratio), "ratio")
-			b.ReportMetric(mb/median(t1), "send-MB/s")
-			b.ReportMetric(mb/median(t4), "sendmsg-MB/s")
-		})
+		for _, mode := range []exs.Mode{exs.ModeDynamic, exs.ModeDirectOnly, exs.ModeIndirectOnly} {
+			b.Run(fmt.Sprintf("%s/%v", pr.name, mode), func(b *testing.B) {
+				benchPaired(b, pr.addr, exs.WithMode(mode))
+			})
+		}
+	}
+}
+
+func benchPaired(b *testing.B, addr func(testing.TB) string, opts ...exs.SocketOption) {
+	vbs := make([]*vecBench, len(vecLayouts))
+	for i, l := range vecLayouts {
+		vbs[i] = newVecBench(b, addr(b), l.pieces, l.apart, opts...)
+	}
+	times := make([][]float64, len(vbs))  // per layout, per iteration
+	ratios := make([][]float64, len(vbs)) // the same, as a ratio to the Send's
+	for it := 0; b.Loop(); it++ {
+		d := make([]float64, len(vbs))
+		for j := range vbs {
+			// Each first in turn.
+			i := (j + it) % len(vbs)
+			s := time.Now()
+			vbs[i].round()
+			d[i] = time.Since(s).Seconds()
+		}
+		for i := range vbs {
+			times[i] = append(times[i], d[i])
+			ratios[i] = append(ratios[i], d[0]/d[i])
+		}
+	}
+	b.StopTimer()
+	mb := float64(vecRound*vecSize) / 1e6
+	for i, l := range vecLayouts {
+		b.ReportMetric(mb/median(times[i]), l.name+"-MB/s")
+		if i > 0 {
+			b.ReportMetric(median(ratios[i]), l.name+"-ratio")
+		}
 	}
 }
 
@@ -95,11 +107,16 @@ const (
 	vecRound = 16      // messages per round
 )
 
-func vecName(pieces int) string {
-	if pieces == 1 {
-		return "send-1MiB"
-	}
-	return fmt.Sprintf("sendmsg-%dx%s", pieces, sizeName(vecSize/pieces))
+// vecLayouts are the sends the benchmarks compare: one buffer (Send), and
+// 4 (SendMsg) that follow each other in memory, or lie apart.
+var vecLayouts = []struct {
+	name   string
+	pieces int
+	apart  bool
+}{
+	{"send-1MiB", 1, false},
+	{"sendmsg-4x256KiB", 4, false},
+	{"sendmsg-4x256KiB-apart", 4, true},
 }
 
 // vecBench is a connection that sends vecSize bytes per send, in pieces
@@ -118,7 +135,7 @@ type vecBench struct {
 	evs    []exs.Event
 }
 
-func newVecBench(b *testing.B, addr string, pieces int, opts ...exs.SocketOption) *vecBench {
+func newVecBench(b *testing.B, addr string, pieces int, apart bool, opts ...exs.SocketOption) *vecBench {
 	k := outstandingFor(vecSize)
 	opts = append(opts, exs.WithOutstanding(k, k))
 	st, err := exs.NewStack()
@@ -148,10 +165,17 @@ func newVecBench(b *testing.B, addr string, pieces int, opts ...exs.SocketOption
 		b.Fatal(err)
 	}
 	vb.vecs = make([][]exs.IOVec, k)
+	n := vecSize / pieces
 	for i := range vb.vecs {
-		buf := vb.sbuf[i*vecSize : (i+1)*vecSize]
 		for j := range pieces {
-			vb.vecs[i] = append(vb.vecs[i], exs.IOVec{Buf: buf[j*vecSize/pieces : (j+1)*vecSize/pieces], MH: vb.smh})
+			// Adjacent: the quarters of send buffer i. Apart: piece j of
+			// every send lies in quarter j of the whole buffer, so that
+			// no piece continues the one before it.
+			off := i*vecSize + j*n
+			if apart {
+				off = j*k*n + i*n
+			}
+			vb.vecs[i] = append(vb.vecs[i], exs.IOVec{Buf: vb.sbuf[off : off+n], MH: vb.smh})
 		}
 	}
 	return vb
@@ -211,4 +235,38 @@ func (vb *vecBench) report(b *testing.B) {
 	if total := cs.BytesDirect + cs.BytesIndirect; total > 0 {
 		b.ReportMetric(100*float64(cs.BytesDirect)/float64(total), "%direct")
 	}
+}
+
+// BenchmarkCopyPieces is the anchor of BenchmarkSendMsgPaired's apart
+// layout: the copy a copying provider does for a WRITE of 1 MiB, as one
+// copy() or as 4 of 256 KiB, alternately over 4 buffers of each (the
+// working set of a connection of the benchmark), with the median ratio of
+// their speeds (4 copies against one). runtime.memmove moves 1 MiB and
+// more with non-temporal stores, and less through the cache: the ratio
+// shows what that costs here.
+func BenchmarkCopyPieces(b *testing.B) {
+	const nbuf = 4
+	src, dst := make([]byte, nbuf*vecSize), make([]byte, nbuf*vecSize)
+	copyIn := func(i, pieces int) float64 {
+		s, d := src[i*vecSize:(i+1)*vecSize], dst[i*vecSize:(i+1)*vecSize]
+		n := vecSize / pieces
+		t := time.Now()
+		for j := range pieces {
+			copy(d[j*n:(j+1)*n], s[j*n:(j+1)*n])
+		}
+		return time.Since(t).Seconds()
+	}
+	var ratio []float64
+	b.SetBytes(2 * vecSize)
+	for it := 0; b.Loop(); it++ {
+		i := it % nbuf
+		var one, four float64
+		if it%2 == 0 {
+			one, four = copyIn(i, 1), copyIn(i, 4)
+		} else {
+			four, one = copyIn(i, 4), copyIn(i, 1)
+		}
+		ratio = append(ratio, one/four)
+	}
+	b.ReportMetric(median(ratio), "4x256KiB-ratio")
 }

@@ -710,14 +710,17 @@ func TestVecCancel(t *testing.T) {
 func TestVecWrites(t *testing.T) {
 	for _, tt := range []struct {
 		pieces, size int
+		adjacent     bool  // the buffers follow each other in one handle
 		want         []int // the lengths of the WRITEs
 	}{
 		{pieces: 1, size: 256 << 10, want: []int{256 << 10}},
 		{pieces: 4, size: 64 << 10, want: []int{256 << 10}},
 		{pieces: 8, size: 16 << 10, want: []int{128 << 10}},
 		{pieces: 12, size: 16 << 10, want: []int{128 << 10, 64 << 10}},
+		// Adjacent buffers are one entry: one WRITE.
+		{pieces: 12, size: 16 << 10, adjacent: true, want: []int{192 << 10}},
 	} {
-		t.Run(fmt.Sprintf("%dx%s", tt.pieces, sizeName(tt.size)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%dx%s/adjacent=%v", tt.pieces, sizeName(tt.size), tt.adjacent), func(t *testing.T) {
 			var (
 				mu     sync.Mutex
 				writes []int
@@ -739,8 +742,19 @@ func TestVecWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			v := make([]exs.IOVec, tt.pieces)
+			var mh *exs.MHandle
+			mem := make([]byte, total)
+			if tt.adjacent {
+				var err error
+				if mh, err = st.Mregister(mem, exs.AccessRead); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for i := range v {
-				v[i].Buf = make([]byte, tt.size)
+				v[i] = exs.IOVec{Buf: make([]byte, tt.size)}
+				if tt.adjacent {
+					v[i] = exs.IOVec{Buf: mem[i*tt.size : (i+1)*tt.size], MH: mh}
+				}
 				fillStream(v[i].Buf, uint64(i*tt.size))
 			}
 			if err := p.client.SendMsg(p.q, v, 0, "send"); err != nil {
