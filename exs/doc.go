@@ -81,9 +81,9 @@
 //
 // # Memory
 //
-// A buffer passed to Send or Recv belongs to the library until the
-// operation's event is posted: do not read or write it before dequeuing the
-// event.
+// A buffer passed to Send or Recv (or SendMsg or RecvMsg) belongs to the
+// library until the operation's event is posted: do not read or write it
+// before dequeuing the event.
 //
 // Register long-lived buffers once with Stack.Mregister and pass the
 // handle with each operation on a part of the buffer: operations then cost

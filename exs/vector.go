@@ -46,7 +46,12 @@ type piece struct {
 // chooses (directly into a recv buffer the peer advertised, or into its
 // stream buffer) is carried by RDMA WRITEs whose scatter/gather lists
 // gather from the buffers it spans, up to 8 entries per WRITE: a direct
-// transfer that spans 4 buffers is one WRITE.
+// transfer that spans 4 buffers is one WRITE. Buffers that follow each
+// other in memory under one handle are one entry. A provider without
+// RDMA hardware (in-process, same-host) copies each entry by itself:
+// buffers apart cost one copy each, which for large transfers can be
+// slower than one copy of the same bytes (Go's memmove streams moves of
+// 1 MiB and more past the cache; BenchmarkSendMsgPaired measures it).
 //
 // The send completes with one EventSendMsg whose N is the total length,
 // and fails as Send does. A call that returns an error posted nothing: an
