@@ -114,6 +114,7 @@ func (e *Engine) appendKey(b []byte) []byte {
 		u(uint64(r.advert))
 		u(uint64(r.phase))
 		t(r.tooLong)
+		t(r.unadvertised)
 	}
 	i(e.adv)
 	u(uint64(e.pr))

@@ -25,6 +25,9 @@ type recvReq struct {
 	advert  uint32
 	phase   Phase // of its ADVERT
 	tooLong bool  // message mode: the message arriving is longer than the recv
+	// unadvertised marks a recv never to be advertised (PostRecvUnadvertised):
+	// it waits as a recv shorter than AdvertMin does (departure 12).
+	unadvertised bool
 }
 
 // segment is an indirect transfer's data in the stream buffer (message mode).
@@ -63,16 +66,30 @@ type receiver struct {
 // With waitAll (MSG_WAITALL, stream mode only) the recv completes only when
 // n bytes have arrived or the stream has ended.
 func (e *Engine) PostRecv(out []Action, id uint64, n int, waitAll bool) []Action {
+	return e.postRecv(out, id, n, waitAll, false)
+}
+
+// PostRecvUnadvertised is PostRecv for a recv that is never advertised, such
+// as a recv into several buffers, which no ADVERT can name (an ADVERT names
+// one region): it is filled from the stream buffer only. In dynamic mode it
+// waits as a recv shorter than AdvertMin does (departure 12), and the recvs
+// after it wait for it; in IndirectOnly mode it is any recv. DirectOnly mode
+// has no stream buffer: the recv completes at once with an error.
+func (e *Engine) PostRecvUnadvertised(out []Action, id uint64, n int, waitAll bool) []Action {
+	return e.postRecv(out, id, n, waitAll, true)
+}
+
+func (e *Engine) postRecv(out []Action, id uint64, n int, waitAll, unadvertised bool) []Action {
 	switch {
 	case e.dead:
 		return append(out, Action{Kind: RecvDone, ID: id, Err: e.deadErr})
-	case n < 1:
+	case n < 1, unadvertised && e.cfg.Mode == DirectOnly:
 		return append(out, Action{Kind: RecvDone, ID: id, Err: errInval})
 	}
 	if e.cfg.Type == SeqPacket {
 		waitAll = false // a message is whole anyway
 	}
-	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting}
+	r := recvReq{id: id, n: n, waitAll: waitAll, state: recvWaiting, unadvertised: unadvertised}
 	if e.cfg.Mode == IndirectOnly || e.fin || e.gone {
 		r.state = recvPlain
 	}
@@ -169,7 +186,7 @@ func (e *Engine) keepsOrder(r *recvReq) bool {
 // tooSmallToAdvert reports whether recv r is shorter than AdvertMin in
 // dynamic mode (departure 12).
 func (e *Engine) tooSmallToAdvert(r *recvReq) bool {
-	return r.n < e.cfg.AdvertMin && e.cfg.Mode == Dynamic
+	return (r.n < e.cfg.AdvertMin || r.unadvertised) && e.cfg.Mode == Dynamic
 }
 
 // onDirect takes in a direct transfer of n units (algorithm 3): it must be
@@ -499,7 +516,7 @@ func (e *Engine) holding() bool {
 // AdvertMin (departure 12), for a sender paused for the hint would wait for
 // an ADVERT that never comes.
 func (e *Engine) advertisedOnceDrained(r *recvReq) bool {
-	return r.n >= e.cfg.AdvertMin || mut.HeldSmall
+	return r.n >= e.cfg.AdvertMin && !r.unadvertised || mut.HeldSmall
 }
 
 // needsData reports whether recv r, with rem bytes of the stream buffer

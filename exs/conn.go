@@ -3,6 +3,7 @@ package exs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"syscall"
 	"time"
 
@@ -122,6 +123,8 @@ type conn struct {
 	deadErr   error       // why the engine was aborted, or why the connection went
 	canceled  int         // operations completed by the last abort
 
+	sg []verbs.SGE // the scatter/gather entries of one write action (addWrite)
+
 	drainState // the bytes each send moved, the drain of a cancel (drain.go)
 	sfState    // the sendfile being fed (sendfile.go)
 }
@@ -189,6 +192,7 @@ func newConn(s *Socket, d *device) (c *conn, err error) {
 	c.acts = make([]dynproto.Action, 0, 64)
 	c.wrs = make([]verbs.SendWR, 0, 32)
 	c.sges = make([]verbs.SGE, 32*maxGather)
+	c.sg = make([]verbs.SGE, 0, MaxIOV)
 	return c, nil
 }
 
@@ -352,12 +356,16 @@ cmds:
 			if o.sf != nil {
 				c.startSendfile(idx)
 			} else {
-				c.acts = c.eng.QueueSend(c.acts, uint64(idx), len(o.buf))
+				c.acts = c.eng.QueueSend(c.acts, uint64(idx), o.size())
 			}
 			queued = true
 		case opRecv:
 			c.watch(idx)
-			c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
+			if o.vec != nil {
+				c.postVecRecv(idx, o)
+			} else {
+				c.acts = c.eng.PostRecv(c.acts, uint64(idx), len(o.buf), o.waitAll)
+			}
 		case opShutdown:
 			c.acts = c.eng.Shutdown(c.acts)
 			c.shutOps = append(c.shutOps, idx)
@@ -419,12 +427,23 @@ func (c *conn) do(a *dynproto.Action) bool {
 		}
 		return c.addFrame(a)
 	case dynproto.CopyOut:
-		o := &s.ops[a.ID]
-		copy(o.buf[a.Off:a.Off+a.Len], c.ring[a.RingOff:a.RingOff+a.Len])
+		o := &s.ops[uint32(a.ID)]
+		if o.vec != nil {
+			o.scatter(a.ID, a.Off, c.ring[a.RingOff:a.RingOff+a.Len])
+		} else {
+			copy(o.buf[a.Off:a.Off+a.Len], c.ring[a.RingOff:a.RingOff+a.Len])
+		}
 	case dynproto.SendDone, dynproto.RecvDone:
 		if a.Kind == dynproto.SendDone && a.ID&idChunk != 0 {
 			c.chunkDone(a)
 			return true
+		}
+		if o := &s.ops[uint32(a.ID)]; o.vst.split {
+			done, last := o.pieceDone(a, c.eng.Gone())
+			if !last {
+				return true
+			}
+			a = &done
 		}
 		if a.Err != nil && a.Err == c.deadErr {
 			c.canceled++
@@ -441,8 +460,10 @@ func (c *conn) do(a *dynproto.Action) bool {
 	return true
 }
 
-// addWrite adds an RDMA WRITE for a write action to the batch, extending
-// the previous WRITE when the bytes continue it.
+// addWrite adds RDMA WRITEs for a write action to the batch, extending
+// the previous WRITE when the bytes continue it. The bytes of a vectored
+// send may span several of its buffers: one scatter/gather entry each,
+// up to maxGather per WRITE, in as many WRITEs as needed.
 func (c *conn) addWrite(a *dynproto.Action) bool {
 	if a.Len == 0 {
 		// An empty message: no work request, but its WriteDone comes
@@ -455,41 +476,99 @@ func (c *conn) addWrite(a *dynproto.Action) bool {
 	if a.Kind == dynproto.WriteIndirect {
 		key, raddr = c.peerKey, c.peerAddr+uint64(a.RingOff)
 	}
-	addr, lkey := c.sendSrc(a.ID)
-	sge := verbs.SGE{Addr: addr + uint64(a.Off), Len: uint32(a.Len), LKey: lkey}
-	if c.open >= 0 && key == c.openKey && raddr == c.openEnd && len(c.wrs[c.open].SGL) < maxGather && c.sgeUsed < len(c.sges) {
-		w := &c.wrs[c.open]
-		c.sges[c.sgeUsed] = sge
-		c.sgeUsed++
-		w.SGL = w.SGL[:len(w.SGL)+1]
-		c.openEnd += uint64(a.Len)
-		c.pendWrites++
-		c.notePosted(a.ID, a.Len)
-		return true
+	sg := c.sg[:0]
+	if a.ID&idChunk == 0 && c.s.ops[a.ID].vec != nil {
+		sg = c.s.ops[a.ID].appendSGEs(sg, a.Off, a.Len)
+	} else {
+		addr, lkey := c.sendSrc(a.ID) // an operation's buffer, or a sendfile's chunk
+		sg = append(sg, verbs.SGE{Addr: addr + uint64(a.Off), Len: uint32(a.Len), LKey: lkey})
 	}
-	if len(c.wrs) == cap(c.wrs) || c.sgeUsed == len(c.sges) {
+	c.sg = sg
+	// The open WRITE takes the entries it has room for; its last entry
+	// takes the first one if the local memory continues it (one copy
+	// instead of two for a provider that copies).
+	extend, merge, room := false, false, 0
+	plan := func() {
+		extend = c.open >= 0 && key == c.openKey && raddr == c.openEnd
+		merge = extend && adjacent(&c.sges[c.sgeUsed-1], &sg[0])
+		room = 0
+		if extend {
+			room = min(maxGather-len(c.wrs[c.open].SGL), len(sg)-b2i(merge))
+		}
+	}
+	plan()
+	rest := len(sg) - b2i(merge) - room // entries for new WRITEs
+	if c.sgeUsed+len(sg) > len(c.sges) || len(c.wrs)+writesFor(rest) > cap(c.wrs) {
 		c.flush()
+		plan()
+		rest = len(sg)
 	}
-	// Leave room for the frame that announces the write: a write waiting
-	// for its frame completes only with it.
-	if c.outstanding+1 >= c.sendDepth || c.failed {
+	// Leave room for the frame that announces the writes: a write
+	// waiting for its frame completes only with it.
+	if n := writesFor(rest); n > 0 && (c.outstanding+n >= c.sendDepth || c.failed) {
 		return c.failed
 	}
-	c.sges[c.sgeUsed] = sge
-	c.wrs = append(c.wrs, verbs.SendWR{
-		WRID:       wridWrite,
-		Opcode:     verbs.OpWrite,
-		SGL:        c.sges[c.sgeUsed : c.sgeUsed+1],
-		RemoteAddr: raddr,
-		RKey:       key,
-	})
-	c.sgeUsed++
-	c.open, c.openKey, c.openEnd = len(c.wrs)-1, key, raddr+uint64(a.Len)
-	c.outstanding++
+	if merge {
+		c.sges[c.sgeUsed-1].Len += sg[0].Len
+		c.openEnd += uint64(sg[0].Len)
+		raddr += uint64(sg[0].Len)
+		sg = sg[1:]
+	}
+	if room > 0 {
+		w := &c.wrs[c.open]
+		copy(c.sges[c.sgeUsed:], sg[:room])
+		c.sgeUsed += room
+		w.SGL = w.SGL[:len(w.SGL)+room]
+		c.openEnd = raddr + sgLen(sg[:room])
+	}
+	raddr += sgLen(sg[:room])
+	for i := room; i < len(sg); {
+		k := min(maxGather, len(sg)-i)
+		copy(c.sges[c.sgeUsed:], sg[i:i+k])
+		c.wrs = append(c.wrs, verbs.SendWR{
+			WRID:       wridWrite,
+			Opcode:     verbs.OpWrite,
+			SGL:        c.sges[c.sgeUsed : c.sgeUsed+k],
+			RemoteAddr: raddr,
+			RKey:       key,
+		})
+		c.sgeUsed += k
+		raddr += sgLen(sg[i : i+k])
+		c.open, c.openKey, c.openEnd = len(c.wrs)-1, key, raddr
+		c.outstanding++
+		c.pendWriteWRs++
+		i += k
+	}
 	c.pendWrites++
-	c.pendWriteWRs++
 	c.notePosted(a.ID, a.Len)
 	return true
+}
+
+// adjacent reports whether entry b continues entry a in local memory, so
+// that a can take it: same key, and a length that fits.
+func adjacent(a, b *verbs.SGE) bool {
+	return a.LKey == b.LKey && a.Addr+uint64(a.Len) == b.Addr && uint64(a.Len)+uint64(b.Len) <= math.MaxUint32
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writesFor returns how many WRITEs carry n scatter/gather entries.
+func writesFor(n int) int {
+	return (max(n, 0) + maxGather - 1) / maxGather
+}
+
+// sgLen returns the bytes of the entries of sg.
+func sgLen(sg []verbs.SGE) uint64 {
+	var n uint64
+	for i := range sg {
+		n += uint64(sg[i].Len)
+	}
+	return n
 }
 
 // addFrame adds the SEND of a frame to the batch. The frame goes out of
@@ -505,8 +584,8 @@ func (c *conn) addFrame(a *dynproto.Action) bool {
 	slot := int(c.frameSeq % uint64(c.sendDepth))
 	f := a.Frame
 	if f.Type == dynproto.FrameAdvert {
-		o := &c.s.ops[a.ID]
-		f.RKey, f.Addr = uint32(o.mr.RKey()), o.addr
+		o := &c.s.ops[uint32(a.ID)]
+		f.RKey, f.Addr = o.advertised(a.ID)
 	}
 	f.Encode(c.frSend[slot*dynproto.FrameSize:])
 	c.sges[c.sgeUsed] = c.frSendMR.SGE(slot*dynproto.FrameSize, dynproto.FrameSize)

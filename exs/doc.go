@@ -33,8 +33,8 @@
 //
 // # Operations and events
 //
-// Accept, Connect, Send, Sendfile, Recv, Shutdown, Close, Cancel, CancelOp
-// and Poll are asynchronous:
+// Accept, Connect, Send, Sendfile, Recv, SendMsg, RecvMsg, Shutdown,
+// Close, Cancel, CancelOp and Poll are asynchronous:
 // each returns at once, and each one it accepts (the call returns nil)
 // posts exactly one Event, to the Queue named in the call, when it
 // completes. The Event says which operation (Type), on which Socket, with
@@ -60,6 +60,14 @@
 // both with EMSGSIZE; an empty message completes its recv with N 0 and EOF
 // not set.
 //
+// SendMsg and RecvMsg are the vectored Send and Recv (exs_sendmsg and
+// exs_recvmsg): several buffers, each with its own memory handle or none,
+// as one operation that completes with one EventSendMsg or EventRecvMsg.
+// A SendMsg's bytes are gathered by the WRITEs' scatter/gather lists, never
+// copied together. An ADVERT names one region: a stream RecvMsg with
+// MsgWaitAll advertises each of its buffers, any other RecvMsg into several
+// buffers is filled from the stream buffer.
+//
 // Poll posts a readiness poll (PollIn, PollOut) that completes with one
 // EventPoll when a condition holds; it is a notification, not a
 // reservation.
@@ -81,9 +89,9 @@
 //
 // # Memory
 //
-// A buffer passed to Send or Recv belongs to the library until the
-// operation's event is posted: do not read or write it before dequeuing the
-// event.
+// A buffer passed to Send or Recv (or SendMsg or RecvMsg) belongs to the
+// library until the operation's event is posted: do not read or write it
+// before dequeuing the event.
 //
 // Register long-lived buffers once with Stack.Mregister and pass the
 // handle with each operation on a part of the buffer: operations then cost

@@ -72,7 +72,7 @@ func (c *conn) notePlaced(n int) {
 // failed: on a seqpacket socket a message counts only whole.
 func (c *conn) moved(id uint64) int {
 	o := &c.s.ops[id]
-	if c.s.typ == SockSeqPacket && o.placed != len(o.buf) {
+	if c.s.typ == SockSeqPacket && o.placed != o.size() {
 		return 0
 	}
 	return o.placed

@@ -45,9 +45,16 @@ const (
 	// EventRecvTimeout reports a recv outstanding for longer than its
 	// socket's recv timeout (WithOpTimeout); the recv stays posted.
 	EventRecvTimeout
+	// EventSendMsg completes Socket.SendMsg; Event.N is the number of
+	// bytes sent (those of every buffer on success).
+	EventSendMsg
+	// EventRecvMsg completes Socket.RecvMsg; Event.N is the number of
+	// bytes received into the buffers, in order, 0 at the end of the
+	// stream.
+	EventRecvMsg
 )
 
-var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll", "send timeout", "recv timeout"}
+var eventNames = [...]string{"", "accept", "connect", "send", "recv", "shutdown", "close", "cancel", "poll", "send timeout", "recv timeout", "sendmsg", "recvmsg"}
 
 // String returns the name of the operation, such as "send".
 func (t EventType) String() string {

@@ -104,6 +104,9 @@ type op struct {
 	addr    uint64 // address of buf
 	mh      *MHandle
 	mr      *verbs.MR // the registration of buf on the socket's device, if any
+	msg     bool      // posted by SendMsg or RecvMsg
+	vec     []piece   // SendMsg, RecvMsg: the buffers, if more than one is not empty
+	vst     vecState  // a RecvMsg posted to the engine as one recv per buffer
 	serial  uint64    // tells the operations of one slot apart (CancelOp)
 	timeout opTimeout // WithOpTimeout's deadline and its reserved event
 	target  int32     // the slot CancelOp cancels, with its serial in tserial
@@ -344,7 +347,14 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 	if err != nil {
 		return opErr(name, "", err)
 	}
+	return s.postOp(name, op{kind: kind, waitAll: flags&MsgWaitAll != 0, q: q, user: user, buf: buf, addr: addrOf(buf), mh: mh}, need)
+}
 
+// postOp posts the send or recv o, whose arguments are checked: it takes
+// its memory (the handles', or a registration of its own) and its room in
+// the queue, and queues it for the goroutine.
+func (s *Socket) postOp(name string, o op, need Access) error {
+	kind, mh, buf := o.kind, o.mh, o.buf
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.state {
@@ -357,8 +367,11 @@ func (s *Socket) postData(kind opKind, q *Queue, buf []byte, mh *MHandle, flags 
 	if kind == opSend && s.nsend >= s.cfg.maxSends || kind == opRecv && s.nrecv >= s.cfg.maxRecvs {
 		return opErr(name, s.addr, errTooMany)
 	}
-	o := op{kind: kind, waitAll: flags&MsgWaitAll != 0, q: q, user: user, buf: buf, addr: addrOf(buf), mh: mh}
-	if mh != nil {
+	if o.vec != nil {
+		if err := s.takeVecMem(&o, need); err != nil {
+			return opErr(name, s.addr, err)
+		}
+	} else if mh != nil {
 		if err := mh.acquire(); err != nil {
 			return opErr(name, s.addr, err)
 		}
@@ -568,6 +581,9 @@ func (s *Socket) kick() {
 // mreg.ErrBusy), and the buffer is the caller's again only once it is
 // done, so releaseMem waits for it, a copy already under way.
 func (o *op) releaseMem() {
+	if o.vec != nil {
+		o.releaseVec()
+	}
 	if o.mh != nil {
 		o.mh.release()
 	}
@@ -598,6 +614,9 @@ func (s *Socket) complete(idx int32, n int, err error, accepted *Socket) {
 	ev := Event{Type: o.kind.event(), Socket: s, User: o.user, N: n, Accepted: accepted}
 	if err != nil {
 		ev.Err = &OpError{Op: o.kind.String(), Addr: s.addr, Err: err}
+	}
+	if o.msg {
+		o.msgEvent(&ev)
 	}
 	switch o.kind {
 	case opSend:

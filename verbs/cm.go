@@ -94,7 +94,7 @@ func (qp *QP) beginConnect() (*Endpoint, error) {
 	if qp.ep.Load() != nil {
 		return nil, fmt.Errorf("%w: connection already in progress", ErrQPState)
 	}
-	ep := &Endpoint{qp: qp}
+	ep := newEndpoint(qp)
 	qp.ep.Store(ep)
 	qp.st.Store(uint32(StateReadyToReceive))
 	return ep, nil
@@ -126,12 +126,12 @@ func (qp *QP) finishConnect(ep *Endpoint, link Link) error {
 		if qp.closed.Load() {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: connection ended while being set up", ErrQPState)
+		return fmt.Errorf("%w: connection ended while being set up: %w", ErrQPState, cause())
 	}
 	if !qp.st.CompareAndSwap(uint32(StateReadyToReceive), uint32(StateReadyToSend)) {
 		// An error moved the queue pair to Error before the link was
 		// known; afterError terminates the link it now finds.
-		return fmt.Errorf("%w: connection ended while being set up", ErrQPState)
+		return fmt.Errorf("%w: connection ended while being set up: %w", ErrQPState, cause())
 	}
 	qp.rewake()
 	return nil

@@ -24,9 +24,12 @@ type Endpoint struct {
 	link Link // set once, before the queue pair becomes ReadyToSend
 
 	mu       sync.Mutex
-	dead     bool        // the connection is over
-	termDone atomic.Bool // link.Terminate has returned (or there was no link)
+	dead     bool          // the connection is over
+	termDone atomic.Bool   // link.Terminate has returned (or there was no link)
+	termed   chan struct{} // closed when termDone becomes true in terminate
 }
+
+func newEndpoint(qp *QP) *Endpoint { return &Endpoint{qp: qp, termed: make(chan struct{})} }
 
 // QPNum returns the number of the endpoint's queue pair.
 func (e *Endpoint) QPNum() uint32 { return e.qp.num }
@@ -225,6 +228,7 @@ func (e *Endpoint) terminate(cause error) {
 		l.Terminate(cause)
 	}
 	e.termDone.Store(true)
+	close(e.termed)
 }
 
 // setLink records the link of an established connection. If the

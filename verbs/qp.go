@@ -366,13 +366,15 @@ func (qp *QP) Disconnect() error {
 // first (see Disconnect); every outstanding work request completes with
 // StatusFlushed before Close returns, each exactly once, so that their
 // memory is no longer used. Afterwards posts return ErrClosed; a second
-// Close returns ErrClosed. Close does not block on the peer. A Connect or
-// Accept in progress in another goroutine fails (with ErrClosed) when its
-// provider returns.
+// Close returns ErrClosed. Close does not block on the peer; if a
+// goroutine of the provider is ending the connection meanwhile (the peer
+// ended it), Close returns once the link's Terminate has returned there. A
+// Connect or Accept in progress in another goroutine fails (with ErrClosed)
+// when its provider returns.
 func (qp *QP) Close() error {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
 	if qp.closed.Load() {
+		qp.mu.Unlock()
 		return ErrClosed
 	}
 	qp.sq.mu.Lock()
@@ -392,6 +394,14 @@ func (qp *QP) Close() error {
 	qp.dev.mu.Lock()
 	delete(qp.dev.qps, qp)
 	qp.dev.mu.Unlock()
+	ep := qp.ep.Load()
+	qp.mu.Unlock()
+	// The termination may be under way in another goroutine (the
+	// provider's, on the peer's end): Close returns once the link's
+	// Terminate has.
+	if ep != nil {
+		<-ep.termed
+	}
 	return nil
 }
 

@@ -45,6 +45,8 @@ func child(role, arg string) int {
 		err = childDial(arg)
 	case "scale":
 		err = childScale(arg)
+	case "sched":
+		err = childSched(arg)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

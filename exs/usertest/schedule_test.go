@@ -55,9 +55,9 @@ import (
 // seed prints the command that replays it: EXS_SEED=<seed> runs that one
 // seed alone, with its plan logged and the leak checks after it.
 //
-// The seeds run in one process over the in-process provider; a share of
-// them over the same-host provider between two processes is still to come
-// (the child process of the ending tests shows the way).
+// Most seeds run in one process over the in-process provider; one in
+// shmShare runs over the same-host provider between this process and a
+// child process (schedule_shm_test.go).
 
 // Per-seed bounds.
 const (
@@ -378,13 +378,17 @@ func (r *sideResult) violate(format string, args ...any) {
 
 // seedRun is one seed being run.
 type seedRun struct {
-	plan   *schedPlan
-	p      *faults.Provider
-	ends   map[string]*endState // by address and side
-	phase  atomic.Bool          // the workload runs: registrations are counted
-	regs   atomic.Int64
-	regHit atomic.Bool
-	ctx    context.Context
+	plan    *schedPlan
+	p       *faults.Provider
+	addrs   []string             // by connection
+	ends    map[string]*endState // by address and side
+	unknown atomic.Int64         // messages and posts of ends not in ends
+
+	lostConnects atomic.Int64 // connects that failed for a fault at the peer's end
+	phase        atomic.Bool  // the workload runs: registrations are counted
+	regs         atomic.Int64
+	regHit       atomic.Bool
+	ctx          context.Context
 }
 
 // endState is a connection end's fault schedule as it runs.
@@ -397,17 +401,49 @@ type endState struct {
 	dropCause            error
 }
 
+// newSeedRun returns the run of plan over p, with the fault schedules of
+// the connection ends of sides (0: the connecting side, 1: the accepting
+// one) that run in this process.
+func newSeedRun(ctx context.Context, plan *schedPlan, p *faults.Provider, addrs []string, sides ...int) *seedRun {
+	sr := &seedRun{plan: plan, p: p, addrs: addrs, ends: map[string]*endState{}, ctx: ctx}
+	for i := range plan.Conns {
+		for _, s := range sides {
+			sr.ends[endKey(addrs[i], faultSide[s])] = &endState{
+				f:   &plan.Conns[i].Faults[s],
+				rng: rand.New(rand.NewPCG(plan.Seed, uint64(i)<<8|uint64(s)+1)),
+			}
+		}
+	}
+	return sr
+}
+
+// faultSide is the faults provider's side of a connection's side.
+var faultSide = [2]faults.Side{faults.Dialer, faults.Acceptor}
+
 func endKey(addr string, side faults.Side) string { return fmt.Sprintf("%s/%v", addr, side) }
 
-func connAddr(seed uint64, i int) string { return fmt.Sprintf("inproc:s%d-c%d", seed, i) }
+// inprocAddrs returns the in-process addresses of a seed's connections.
+func inprocAddrs(seed uint64, n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("inproc:s%d-c%d", seed, i)
+	}
+	return addrs
+}
 
 // filters returns the seed's fault filters.
 func (sr *seedRun) filters() faults.Filters {
-	end := func(c *faults.Conn) *endState { return sr.ends[endKey(c.Addr(), c.Side())] }
+	end := func(c *faults.Conn) *endState {
+		e := sr.ends[endKey(c.Addr(), c.Side())]
+		if e == nil {
+			sr.unknown.Add(1)
+		}
+		return e
+	}
 	refused := map[string]bool{}
 	for i, c := range sr.plan.Conns {
 		if c.Refuse {
-			refused[connAddr(sr.plan.Seed, i)] = true
+			refused[sr.addrs[i]] = true
 		}
 	}
 	return faults.Filters{
@@ -471,20 +507,22 @@ func (sr *seedRun) filters() faults.Filters {
 	}
 }
 
-// runSeed runs one seed and returns its violations.
-func runSeed(seed uint64) (plan *schedPlan, errs []string) {
+// runSeed runs one seed and returns its violations: over the in-process
+// provider, or, for the same-host share of the seeds, between this process
+// and peer (nil: the share runs in-process too).
+func runSeed(seed uint64, peer *schedPeer) (plan *schedPlan, errs []string) {
+	if peer != nil && shmSeed(seed) {
+		return runSeedShm(seed, peer)
+	}
+	return runSeedInproc(seed)
+}
+
+// runSeedInproc runs one seed over the in-process provider.
+func runSeedInproc(seed uint64) (plan *schedPlan, errs []string) {
 	plan = newSchedPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), seedDeadline)
 	defer cancel()
-	sr := &seedRun{plan: plan, p: faults.New(inproc.New()), ends: map[string]*endState{}, ctx: ctx}
-	for i := range plan.Conns {
-		for s, side := range []faults.Side{faults.Dialer, faults.Acceptor} {
-			sr.ends[endKey(connAddr(seed, i), side)] = &endState{
-				f:   &plan.Conns[i].Faults[s],
-				rng: rand.New(rand.NewPCG(seed, uint64(i)<<8|uint64(s)+1)),
-			}
-		}
-	}
+	sr := newSeedRun(ctx, plan, faults.New(inproc.New()), inprocAddrs(seed, len(plan.Conns)), 0, 1)
 	sr.p.Set(sr.filters())
 	defer func() {
 		if err := sr.p.Close(); err != nil {
@@ -546,23 +584,38 @@ func runSeed(seed uint64) (plan *schedPlan, errs []string) {
 		return plan, []string{fmt.Sprintf("the workload still runs %v after the seed's deadline; goroutines:\n%s", 10*time.Second, buf)}
 	}
 	sr.phase.Store(false)
-	for i := range plan.Conns {
+	return plan, sr.checkAll(up, results)
+}
+
+// checkAll judges the connections that came up, and the schedule's
+// reach: every end that met the fault filters had a schedule.
+func (sr *seedRun) checkAll(up []bool, results [][2]sideResult) (errs []string) {
+	for i := range sr.plan.Conns {
 		if up[i] {
 			for _, v := range sr.check(i, &results[i]) {
 				errs = append(errs, fmt.Sprintf("conn %d: %s", i, v))
 			}
 		}
 	}
-	return plan, errs
+	if n := sr.unknown.Load(); n > 0 {
+		errs = append(errs, fmt.Sprintf("%d messages or posts of connection ends without a fault schedule", n))
+	}
+	return errs
+}
+
+// socketOptions returns the options of connection i's sockets.
+func (sr *seedRun) socketOptions(i int) []exs.SocketOption {
+	c := &sr.plan.Conns[i]
+	return []exs.SocketOption{exs.WithMode(c.Mode), exs.WithStreamBuffer(c.Ring), exs.WithFrames(c.Frames), exs.WithWaitMode(c.Wait)}
 }
 
 // setUp connects connection i: a listening socket on the accepting stack,
 // a connect from the other. It reports whether the connection is up; a
 // connect refused by the schedule is not an error.
 func (sr *seedRun) setUp(stacks [2]*exs.Stack, i int) (socks [2]*exs.Socket, up bool, err error) {
+	opts := sr.socketOptions(i)
 	c := &sr.plan.Conns[i]
-	opts := []exs.SocketOption{exs.WithMode(c.Mode), exs.WithStreamBuffer(c.Ring), exs.WithFrames(c.Frames), exs.WithWaitMode(c.Wait)}
-	addr := connAddr(sr.plan.Seed, i)
+	addr := sr.addrs[i]
 	qs := [2]*exs.Queue{}
 	for s := range 2 {
 		if qs[s], err = stacks[s].Qcreate(8); err != nil {
@@ -1006,7 +1059,7 @@ func (sr *seedRun) runSide(st *exs.Stack, so *exs.Socket, i, s int) (res sideRes
 // check judges connection i by the rules in the file's comment.
 func (sr *seedRun) check(i int, rs *[2]sideResult) (out []string) {
 	c := &sr.plan.Conns[i]
-	addr := connAddr(sr.plan.Seed, i)
+	addr := sr.addrs[i]
 	defer func() {
 		if len(out) > 0 {
 			for s := range 2 {
@@ -1232,9 +1285,13 @@ func TestFaultSchedules(t *testing.T) {
 	const replay = "cd exs/usertest && EXS_SEED=%d go test -run '^TestFaultSchedules$' ."
 	if s := os.Getenv("EXS_SEED"); s != "" {
 		seed := envInt(t, "EXS_SEED", 0)
+		var peer *schedPeer
+		if shmSeed(seed) {
+			peer = startSchedPeer(t)
+		}
 		base := currentLevels()
-		plan, errs := runSeed(seed)
-		t.Logf("plan:\n%v", plan)
+		plan, errs := runSeed(seed, peer)
+		t.Logf("plan (between processes over shm: %v):\n%v", peer != nil, plan)
 		for _, e := range errs {
 			t.Error(e)
 		}
@@ -1249,7 +1306,8 @@ func TestFaultSchedules(t *testing.T) {
 	}
 	first := envInt(t, "EXS_SEED_BASE", uint64(time.Now().UnixNano()))
 	workers := 8 * runtime.GOMAXPROCS(0) // seeds mostly wait out delays
-	t.Logf("%d seeds from %d, %d at a time (EXS_SEEDS, EXS_SEED_BASE)", n, first, workers)
+	t.Logf("%d seeds from %d, %d at a time, one in %d between processes (EXS_SEEDS, EXS_SEED_BASE)", n, first, workers, shmShare)
+	peer := startSchedPeer(t)
 	start := time.Now()
 	base := currentLevels()
 	failed := 0
@@ -1270,7 +1328,7 @@ func TestFaultSchedules(t *testing.T) {
 					seed := first + next
 					next++
 					mu.Unlock()
-					plan, errs := runSeed(seed)
+					plan, errs := runSeed(seed, peer)
 					stats.add(plan)
 					if len(errs) > 0 {
 						mu.Lock()
@@ -1301,11 +1359,14 @@ func TestFaultSchedules(t *testing.T) {
 
 // faultTotals counts what the seeds drew.
 type faultTotals struct {
-	seeds, conns, drops, refusedPosts, refusedRegs, refusedDials, early atomic.Int64
+	seeds, shmSeeds, conns, drops, refusedPosts, refusedRegs, refusedDials, early atomic.Int64
 }
 
 func (ft *faultTotals) add(p *schedPlan) {
 	ft.seeds.Add(1)
+	if shmSeed(p.Seed) {
+		ft.shmSeeds.Add(1)
+	}
 	if p.RefuseReg >= 0 {
 		ft.refusedRegs.Add(1)
 	}
@@ -1329,6 +1390,6 @@ func (ft *faultTotals) add(p *schedPlan) {
 }
 
 func (ft *faultTotals) String() string {
-	return fmt.Sprintf("%d connections; scheduled: %d drops, %d refused posts, %d refused registrations, %d refused connects; %d sides ending early",
-		ft.conns.Load(), ft.drops.Load(), ft.refusedPosts.Load(), ft.refusedRegs.Load(), ft.refusedDials.Load(), ft.early.Load())
+	return fmt.Sprintf("%d between processes; %d connections; scheduled: %d drops, %d refused posts, %d refused registrations, %d refused connects; %d sides ending early",
+		ft.shmSeeds.Load(), ft.conns.Load(), ft.drops.Load(), ft.refusedPosts.Load(), ft.refusedRegs.Load(), ft.refusedDials.Load(), ft.early.Load())
 }

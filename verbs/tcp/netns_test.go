@@ -141,7 +141,14 @@ func netnsServer(addr string) error {
 	if ev, err := next(q); err != nil || !ev.EOF {
 		return fmt.Errorf("want the end of the stream: %+v, %v", ev, err)
 	}
-	return nil
+	// The orderly end (exs's package doc): shut down too, and close once
+	// the shutdown completed; closing at once may fail the client's
+	// shutdown with ECONNRESET, as the close rule allows.
+	if err := s.Shutdown(q, "shutdown"); err != nil {
+		return err
+	}
+	_, err = next(q)
+	return err
 }
 
 // netnsClient sends netnsBytes and checks the server's reply.
@@ -193,6 +200,12 @@ func netnsClient(addr string) error {
 	}
 	if _, err := next(q); err != nil {
 		return err
+	}
+	if err := s.Recv(q, reply, nil, 0, "eof"); err != nil {
+		return err
+	}
+	if ev, err := next(q); err != nil || !ev.EOF {
+		return fmt.Errorf("want the end of the stream: %+v, %v", ev, err)
 	}
 	fmt.Printf("ok %d bytes from %s to %s in %v (%.2f GB/s)\n", netnsBytes, s.LocalAddr(), s.RemoteAddr(), d, float64(netnsBytes)/d.Seconds()/1e9)
 	return nil
