@@ -295,3 +295,42 @@ func TestCancelSeqPacketBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelSendMsgBytes cancels a vectored send while the peer receives:
+// N is the bytes the peer got, across the buffers.
+func TestCancelSendMsgBytes(t *testing.T) {
+	const piece = 1 << 20
+	big := make([]byte, 4*piece)
+	for i := range big {
+		big[i] = byte(i * 5)
+	}
+	iov := []exs.IOVec{{Buf: big[:piece]}, {Buf: big[piece : 2*piece]}, {Buf: big[2*piece : 3*piece]}, {Buf: big[3*piece:]}}
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			for round := range 3 {
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, pv.addr(t), exs.WithStreamBuffer(256<<10))
+				qc := newQueue(t, st, 16)
+				if err := p.client.SendMsg(qc, iov, 0, "big"); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(round+1) * time.Millisecond)
+					if err := p.client.CancelOp(qc, "big", "cancel"); err != nil && !errors.Is(err, exs.ErrNotFound) {
+						t.Error(err)
+					}
+				}()
+				got, err := drainPeer(t, p.server, p.q)
+				wg.Wait()
+				ev := waitType(t, qc, exs.EventSendMsg, "big")
+				if ev.N != len(got) || !bytes.Equal(got, big[:len(got)]) {
+					t.Fatalf("round %d: SendMsg N %d (%v), the peer got %d bytes (%v)", round, ev.N, ev.Err, len(got), err)
+				}
+				st.Close()
+			}
+		})
+	}
+}
