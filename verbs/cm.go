@@ -27,7 +27,11 @@ func checkPrivate(p []byte) error {
 // ErrRejected) and errors.Is(err, syscall.ECONNREFUSED)); no listener, an
 // error wrapping syscall.ECONNREFUSED; ctx done, an error wrapping
 // ctx.Err(). If the queue pair is closed or moved to Error meanwhile,
-// Connect returns ErrClosed or ErrQPState once the provider returns.
+// Connect returns ErrClosed or ErrQPState once the provider returns; but
+// if the peer accepted and then ended the connection before the provider
+// returned, Connect succeeds with the queue pair in Error: the RECVs its
+// messages consumed completed first, then the rest flushed, as when a
+// connection ends just after it was set up.
 //
 // Only one Connect or Accept may run on a queue pair at a time; other
 // methods may be called concurrently.
@@ -120,17 +124,28 @@ func (qp *QP) finishConnect(ep *Endpoint, link Link) error {
 		}
 		return ErrDisconnected
 	}
+	// The peer may end the connection as soon as it accepted it, before
+	// the provider's Dial returned here: the connect then succeeds, as it
+	// would have a moment earlier, with the queue pair already in Error.
+	// What the peer sent before it ended was delivered and its RECVs
+	// completed, ahead of the flush; failing the connect would lose it.
 	if !ep.setLink(link, cause) {
 		ep.termDone.Store(true)
 		qp.kickSend()
 		if qp.closed.Load() {
 			return ErrClosed
 		}
+		if ep.byPeer.Load() {
+			return nil
+		}
 		return fmt.Errorf("%w: connection ended while being set up: %w", ErrQPState, cause())
 	}
 	if !qp.st.CompareAndSwap(uint32(StateReadyToReceive), uint32(StateReadyToSend)) {
 		// An error moved the queue pair to Error before the link was
 		// known; afterError terminates the link it now finds.
+		if ep.byPeer.Load() && !qp.closed.Load() {
+			return nil
+		}
 		return fmt.Errorf("%w: connection ended while being set up: %w", ErrQPState, cause())
 	}
 	qp.rewake()

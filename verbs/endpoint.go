@@ -27,6 +27,7 @@ type Endpoint struct {
 	dead     bool          // the connection is over
 	termDone atomic.Bool   // link.Terminate has returned (or there was no link)
 	termed   chan struct{} // closed when termDone becomes true in terminate
+	byPeer   atomic.Bool   // the peer (or the transport) ended the connection: Terminated
 }
 
 func newEndpoint(qp *QP) *Endpoint { return &Endpoint{qp: qp, termed: make(chan struct{})} }
@@ -210,6 +211,7 @@ func (e *Endpoint) Terminated(cause error) {
 		cause = ErrDisconnected
 	}
 	cause = fmt.Errorf("by peer: %w", cause)
+	e.byPeer.Store(true)
 	e.qp.fail(cause)
 }
 
