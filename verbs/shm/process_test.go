@@ -80,7 +80,7 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 		dir := sockDir(t)
 		return verbstest.Env{
 			Provider:   modeProvider(mode),
-			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer"),
+			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer", modeEnv+"="+mode),
 			ListenAddr: "shm:" + dir + "/local",
 		}
 	}
@@ -95,7 +95,6 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 func TestConformanceProcess(t *testing.T) {
 	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
 		})
 	}
@@ -108,7 +107,6 @@ func TestConformanceProcess(t *testing.T) {
 func TestPeerKilled(t *testing.T) {
 	for _, mode := range []string{"default", "direct", "nocma", "shared"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv(modeEnv, mode)
 			peerKilled(t, mode)
 		})
 	}
@@ -120,7 +118,7 @@ func peerKilled(t *testing.T, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	t.Cleanup(cancel)
 	dir := sockDir(t)
-	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
+	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer", modeEnv+"="+mode)
 	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {
