@@ -120,17 +120,22 @@ func (q *Queue[T]) Reserved() int {
 // reservation; see PostReserved.
 func (q *Queue[T]) Post(ev T) error {
 	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
+	err := ErrFull
+	if q.closed || q.n+q.reserved < len(q.buf) {
+		err = q.postLocked(ev)
 	}
-	if q.n+q.reserved >= len(q.buf) {
-		q.mu.Unlock()
-		return ErrFull
+	q.mu.Unlock()
+	return err
+}
+
+// postLocked queues ev, in room the caller made sure of, unless the queue
+// is closed (ErrClosed).
+func (q *Queue[T]) postLocked(ev T) error {
+	if q.closed {
+		return ErrClosed
 	}
 	q.pushLocked(ev)
 	q.postedLocked()
-	q.mu.Unlock()
 	return nil
 }
 
@@ -238,15 +243,10 @@ func (q *Queue[T]) PostReserved(ev T) error {
 		return errNoReservation
 	}
 	q.reserved--
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
-	}
 	// Len()+Reserved() <= Cap() held with the reservation, so there is room.
-	q.pushLocked(ev)
-	q.postedLocked()
+	err := q.postLocked(ev)
 	q.mu.Unlock()
-	return nil
+	return err
 }
 
 // PostReservedBatch appends the events of evs, in order, using one
@@ -308,20 +308,18 @@ func (q *Queue[T]) TryDequeue(events []T) int {
 // min < 0, min > len(events), or min > Cap() (the queue could never hold
 // that many events).
 func (q *Queue[T]) Dequeue(events []T, min int, timeout time.Duration) (int, error) {
-	if err := q.checkMin(events, min); err != nil {
-		return 0, err
-	}
-	q.mu.Lock()
-	if k, ok, err := q.tryLocked(events, min, false); ok {
+	if timeout == 0 {
+		if err := q.checkMin(events, min); err != nil {
+			return 0, err
+		}
+		q.mu.Lock()
+		k, err := q.expireLocked(events, min, false, ErrTimeout)
 		q.mu.Unlock()
 		return k, err
 	}
-	if timeout == 0 {
-		k := q.takeLocked(events)
-		q.mu.Unlock()
-		return k, ErrTimeout
+	if k, ok, err := q.try(events, min); ok {
+		return k, err
 	}
-	q.mu.Unlock()
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -340,16 +338,23 @@ func (q *Queue[T]) DequeueContext(ctx context.Context, events []T, min int) (int
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", ErrInvalid)
 	}
-	if err := q.checkMin(events, min); err != nil {
-		return 0, err
-	}
-	q.mu.Lock()
-	if k, ok, err := q.tryLocked(events, min, false); ok {
-		q.mu.Unlock()
+	if k, ok, err := q.try(events, min); ok {
 		return k, err
 	}
-	q.mu.Unlock()
 	return q.wait(events, min, false, time.Time{}, false, ctx)
+}
+
+// try is a dequeue that does not wait: it moves the queued events if there
+// are min of them or the queue is closed (ok), and refuses the min Dequeue
+// refuses (ok, with the error).
+func (q *Queue[T]) try(events []T, min int) (k int, ok bool, err error) {
+	if err := q.checkMin(events, min); err != nil {
+		return 0, true, err
+	}
+	q.mu.Lock()
+	k, ok, err = q.tryLocked(events, min, false)
+	q.mu.Unlock()
+	return k, ok, err
 }
 
 // Wait waits, in the queue's WaitMode, until the queue holds an event, is
