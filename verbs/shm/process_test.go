@@ -86,14 +86,32 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 	}
 }
 
+// allModesEnv, set to 1 (as .ci/run does), makes TestConformanceProcess
+// run every mode; without it, it runs the three whose paths between two
+// processes the in-process suites do not take (see processModes).
+const allModesEnv = "EXS_SHM_ALL_MODES"
+
+// processModes returns the modes of TestConformanceProcess: defaults,
+// every WRITE and READ by the initiator with cross-memory attach (its
+// checks against the published registrations face the suite's
+// violations), and the regions of both sides from the shared allocator
+// without cross-memory attach on small rings (the peer's arenas mapped
+// from another process, every byte through the rings); with allModesEnv
+// also everything through the rings, without cross-memory attach, and the
+// shared allocator with cross-memory attach, whose providers' paths the
+// in-process suites (TestConformanceRing, TestConformanceNoCMA,
+// TestConformanceShared) take in every run.
+func processModes() []string {
+	if os.Getenv(allModesEnv) == "1" {
+		return []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"}
+	}
+	return []string{"default", "direct", "shared-nocma"}
+}
+
 // TestConformanceProcess runs the suite with the peer in another process,
-// in each mode: defaults, every WRITE and READ by the initiator with
-// cross-memory attach (its checks against the published registrations
-// face the suite's violations), everything through the rings, without
-// cross-memory attach, and with the regions of both sides from the shared
-// allocator (with cross-memory attach, and without it on small rings).
+// in each mode of processModes.
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
+	for _, mode := range processModes() {
 		t.Run(mode, func(t *testing.T) {
 			verbstest.Run(t, processEnv(mode))
 		})
