@@ -43,31 +43,38 @@ func (e *Engine) grantFrames() { e.fc = e.cfg.PeerFrames }
 // engines with the same configuration behave identically from now on if and
 // only if their keys are equal (statistics excluded; hook.Ops.AppendKey).
 func (e *Engine) appendKey(b []byte) []byte {
-	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	i := func(v int) { b = binary.AppendVarint(b, int64(v)) }
-	t := func(v bool) {
-		if v {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
+	// Each appends its values in order.
+	u := func(vs ...uint64) {
+		for _, v := range vs {
+			b = binary.AppendUvarint(b, v)
+		}
+	}
+	i := func(vs ...int) {
+		for _, v := range vs {
+			b = binary.AppendVarint(b, int64(v))
+		}
+	}
+	t := func(vs ...bool) {
+		for _, v := range vs {
+			if v {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
 		}
 	}
 	t(e.dead)
 	u(errCode(e.deadErr))
 	t(e.gone)
 	u(errCode(e.goneErr))
-	i(e.fc)
-	i(e.owed)
-	t(e.slot)
-	t(e.slotOwed)
+	i(e.fc, e.owed)
+	t(e.slot, e.slotOwed)
 	// Sender half.
 	i(e.sends.Len())
 	for k := 0; k < e.sends.Len(); k++ {
 		s := e.sends.At(k)
-		u(s.id)
-		u(s.no)
-		i(s.n)
-		i(s.issued)
+		u(s.id, s.no)
+		i(s.n, s.issued)
 		t(s.all)
 		i(s.writes)
 		t(s.awaitAck)
@@ -82,25 +89,14 @@ func (e *Engine) appendKey(b []byte) []byte {
 	i(e.adverts.Len())
 	for k := 0; k < e.adverts.Len(); k++ {
 		a := e.adverts.At(k)
-		u(uint64(a.phase))
-		u(uint64(a.seq))
-		u(uint64(a.id))
-		i(a.n)
-		i(a.filled)
+		u(uint64(a.phase), uint64(a.seq), uint64(a.id))
+		i(a.n, a.filled)
 		t(a.waitAll)
-		u(uint64(a.rkey))
-		u(a.addr)
+		u(uint64(a.rkey), a.addr)
 	}
-	u(uint64(e.ps))
-	u(uint64(e.ss))
-	i(e.bs)
-	i(e.wpos)
-	t(e.shutdown)
-	t(e.finSent)
-	t(e.msgInRing)
-	t(e.held)
-	t(e.paused)
-	t(e.pauseSent)
+	u(uint64(e.ps), uint64(e.ss))
+	i(e.bs, e.wpos)
+	t(e.shutdown, e.finSent, e.msgInRing, e.held, e.paused, e.pauseSent)
 	// Receiver half.
 	i(e.recvs.Len())
 	for k := 0; k < e.recvs.Len(); k++ {
@@ -111,33 +107,22 @@ func (e *Engine) appendKey(b []byte) []byte {
 		i(r.filled)
 		b = append(b, r.state)
 		t(r.stale)
-		u(uint64(r.advert))
-		u(uint64(r.phase))
+		u(uint64(r.advert), uint64(r.phase))
 		t(r.tooLong)
 		t(r.unadvertised)
 	}
 	i(e.adv)
-	u(uint64(e.pr))
-	u(uint64(e.sr))
-	u(uint64(e.sest))
-	u(uint64(e.arr))
-	i(e.br)
-	i(e.ka)
-	i(e.rpos)
-	i(e.rwpos)
-	i(e.segs.Len())
+	u(uint64(e.pr), uint64(e.sr), uint64(e.sest), uint64(e.arr))
+	i(e.br, e.ka, e.rpos, e.rwpos, e.segs.Len())
 	for k := 0; k < e.segs.Len(); k++ {
 		s := e.segs.At(k)
 		i(s.n)
 		t(s.eom)
 	}
-	i(e.unacked)
-	i(e.msgs)
+	i(e.unacked, e.msgs)
 	t(e.ackTooLong)
 	u(uint64(e.nextAdvert))
-	t(e.fin)
-	t(e.pausedAt)
-	t(e.probing)
+	t(e.fin, e.pausedAt, e.probing)
 	return b
 }
 

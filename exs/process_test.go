@@ -1,17 +1,14 @@
 package exs_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/exsgo/exs/exs"
+	"github.com/exsgo/exs/internal/childproc"
 )
 
 // The cross-process tests run the peer in a child process: this test
@@ -182,10 +180,8 @@ func echo(st *exs.Stack, s *exs.Socket) error {
 
 // peerProcess is a child process serving on shm: addresses in dir.
 type peerProcess struct {
-	dir   string
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan error
+	dir string
+	*childproc.Child
 }
 
 // startPeer starts the child process, which stops at the end of the test.
@@ -200,48 +196,16 @@ func startPeer(t *testing.T, stall bool) *peerProcess {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
 	does := "echo"
 	if stall {
 		does = "stall"
 	}
-	// A binary built with -race sleeps a second at exit unless told not to.
-	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), peerEnv+"="+dir, peerBehaviourEnv+"="+does, "GORACE="+gorace)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
+	c := childproc.StartTest(t, childproc.Spec{Env: []string{peerEnv + "=" + dir, peerBehaviourEnv + "=" + does}})
+	if line, err := c.LineWithin(testTimeout); err != nil || line != "ready" {
+		c.Kill()
+		t.Fatalf("peer process said %q: %v", line, err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pp := &peerProcess{dir: dir, cmd: cmd, stdin: in, done: make(chan error, 1)}
-	line, rerr := bufio.NewReader(out).ReadString('\n')
-	go func() { pp.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		pp.stdin.Close()
-		select {
-		case <-pp.done:
-		case <-time.After(testTimeout):
-			cmd.Process.Kill()
-			<-pp.done
-			t.Errorf("peer process did not exit when its stdin closed")
-		}
-	})
-	if rerr != nil || line != "ready\n" {
-		cmd.Process.Kill()
-		t.Fatalf("peer process said %q: %v", line, rerr)
-	}
-	return pp
+	return &peerProcess{dir: dir, Child: c}
 }
 
 // dial connects a socket of stack st to the peer's listener for typ and
@@ -467,7 +431,7 @@ func TestProcessPeerKilled(t *testing.T) {
 			waitUntil(t, "the stream buffer fills", func() bool { return s.Stats().CreditStalls > 0 })
 		}
 	}
-	if err := pp.cmd.Process.Kill(); err != nil {
+	if err := pp.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	failed := 0
@@ -502,9 +466,9 @@ func TestProcessPeerKilled(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-pp.done; err == nil {
+	<-pp.Exited()
+	if st := pp.ProcessState(); st == nil || st.Success() {
 		t.Errorf("the killed peer exited cleanly")
 	}
-	pp.done <- nil // for the cleanup
 	goleak.VerifyNone(t, leaks)
 }

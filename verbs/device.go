@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -82,14 +84,8 @@ func (d *Device) Close() error {
 		return ErrClosed
 	}
 	d.closed = true
-	ls := make([]*Listener, 0, len(d.listeners))
-	for l := range d.listeners {
-		ls = append(ls, l)
-	}
-	qps := make([]*QP, 0, len(d.qps))
-	for qp := range d.qps {
-		qps = append(qps, qp)
-	}
+	ls := slices.Collect(maps.Keys(d.listeners))
+	qps := slices.Collect(maps.Keys(d.qps))
 	d.mu.Unlock()
 	for _, l := range ls {
 		l.Close()
@@ -98,10 +94,7 @@ func (d *Device) Close() error {
 		qp.Close()
 	}
 	d.mu.Lock()
-	cqs := make([]*CQ, 0, len(d.cqs))
-	for cq := range d.cqs {
-		cqs = append(cqs, cq)
-	}
+	cqs := slices.Collect(maps.Keys(d.cqs))
 	d.mu.Unlock()
 	for _, cq := range cqs {
 		cq.Close()

@@ -66,24 +66,47 @@ func prepareTCP(which string, cc *string) (measure.Transport, []string, error) {
 	return t, notes, nil
 }
 
-func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
+// openStream checks o and opens its transports and what runs beside them,
+// for runCompare and runRate.
+func openStream(ctx context.Context, e *env, o *streamOpts) (*transports, *beside, error) {
 	if err := o.check(e); err != nil {
-		return err
+		return nil, nil, err
 	}
 	ts, err := openTransports(o.transport, o.tcp, &o.cc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer ts.close()
 	bs, err := openBeside(ctx, o)
+	if err != nil {
+		ts.close()
+		return nil, nil, err
+	}
+	return ts, bs, nil
+}
+
+// closeStream closes what openStream opened.
+func closeStream(ts *transports, bs *beside) {
+	bs.close()
+	ts.close()
+}
+
+// params are the report's parameters of a run with o.
+func (o *streamOpts) params() map[string]any {
+	return map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
+		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
+		"neighbour": o.neighbour}
+}
+
+func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
+	ts, bs, err := openStream(ctx, e, o)
 	if err != nil {
 		return err
 	}
-	defer bs.close()
+	defer closeStream(ts, bs)
 	tr, tcp := ts.tr, ts.tcp
-	rep := newReport(e, tr, nil, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
-		"tcp_congestion_control": o.cc, "neighbour": o.neighbour})
+	params := o.params()
+	params["tcp_congestion_control"] = o.cc
+	rep := newReport(e, tr, nil, params)
 	rep.Notes = append(append(ts.notes, measure.CopyNote), bs.notes...)
 	out := e.stdout
 	if o.json == "-" {
@@ -242,24 +265,14 @@ func ratio(v, base float64) string {
 }
 
 func runRate(ctx context.Context, e *env, o *streamOpts) error {
-	if err := o.check(e); err != nil {
-		return err
-	}
-	ts, err := openTransports(o.transport, o.tcp, &o.cc)
+	ts, bs, err := openStream(ctx, e, o)
 	if err != nil {
 		return err
 	}
-	defer ts.close()
-	bs, err := openBeside(ctx, o)
-	if err != nil {
-		return err
-	}
-	defer bs.close()
+	defer closeStream(ts, bs)
 	tr, tcp := ts.tr, ts.tcp
 	notes := append(ts.notes, bs.notes...)
-	rep := newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
-		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
-		"neighbour": o.neighbour})
+	rep := newReport(e, tr, notes, o.params())
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard

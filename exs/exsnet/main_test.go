@@ -1,14 +1,12 @@
 package exsnet_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/exsgo/exs/exs/exsnet"
+	"github.com/exsgo/exs/internal/childproc"
 )
 
 // childEnv names what this test binary does when it runs as a child
@@ -144,12 +143,6 @@ func connPair(t testing.TB, addr string, opts ...exsnet.Option) (client, server 
 	return client, server
 }
 
-// childProcess is this test binary run as a child with a role.
-type childProcess struct {
-	cmd   *exec.Cmd
-	lines chan string // the child's stdout, closed at its end
-}
-
 // startChild starts the child serving at addr and returns once it has
 // written its first line ("ready", then what the child says of itself,
 // which it returns). The child's stdin is closed at the end of the test,
@@ -160,62 +153,16 @@ func startChild(t testing.TB, role, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
+	c := childproc.StartTest(t, childproc.Spec{Env: []string{childEnv + "=" + role, childArgEnv + "=" + string(b)}})
+	l, err := c.LineWithin(testTimeout)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("child %s: %v", role, err)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+role, childArgEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
+	rest, found := strings.CutPrefix(l, "ready")
+	if !found {
+		t.Fatalf("child %s: first line %q, want ready", role, l)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &childProcess{cmd: cmd, lines: make(chan string, 16)}
-	go func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan error, 1)
-		go func() {
-			for range c.lines {
-			}
-			done <- cmd.Wait()
-		}()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("child %s: %v", role, err)
-			}
-		case <-time.After(testTimeout):
-			cmd.Process.Kill()
-			<-done
-			t.Errorf("child %s did not exit", role)
-		}
-	})
-	select {
-	case l, ok := <-c.lines:
-		rest, found := strings.CutPrefix(l, "ready")
-		if !ok || !found {
-			t.Fatalf("child %s: first line %q, want ready", role, l)
-		}
-		return strings.TrimSpace(rest)
-	case <-time.After(testTimeout):
-		t.Fatalf("child %s wrote nothing for too long", role)
-	}
-	return ""
+	return strings.TrimSpace(rest)
 }
 
 // serveUntilStdinCloses runs serve with a listener at addr, after saying

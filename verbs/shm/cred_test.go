@@ -3,13 +3,11 @@
 package shm_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exsgo/exs/internal/childproc"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/shm"
@@ -166,67 +165,25 @@ func credChildMain(spec string) int {
 	return 0
 }
 
-// credChild is a running child of another user.
-type credChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-// startCredChild runs the test binary exe as otherUID with spec.
-func startCredChild(t *testing.T, exe, spec string) *credChild {
+// startCredChild runs the test binary exe as otherUID with spec; the
+// child stops at the end of the test.
+func startCredChild(t *testing.T, exe, spec string) *childproc.Child {
 	t.Helper()
-	cmd := exec.Command(exe, "-test.run=^$")
-	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), credChildEnv+"="+spec, "GORACE="+gorace)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test binary as uid %d: %v", otherUID, err)
-	}
-	c := &credChild{cmd: cmd, stdin: stdin, lines: make(chan string, 4)}
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			c.lines <- s.Text()
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(verbstest.Timeout):
-			cmd.Process.Kill()
-			<-done
-		}
+	return childproc.StartTest(t, childproc.Spec{
+		Exe:  exe,
+		Env:  []string{credChildEnv + "=" + spec},
+		Cred: &syscall.Credential{Uid: otherUID, Gid: otherUID},
 	})
-	return c
 }
 
-// line returns the child's next line of output.
-func (c *credChild) line(t *testing.T) string {
+// childLine returns the child's next line of output.
+func childLine(t *testing.T, c *childproc.Child) string {
 	t.Helper()
-	select {
-	case s, ok := <-c.lines:
-		if !ok {
-			t.Fatal("the child ended without a word")
-		}
-		return s
-	case <-time.After(verbstest.Timeout):
-		t.Fatal("the child said nothing")
+	s, err := c.LineWithin(verbstest.Timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ""
+	return s
 }
 
 // childBinary returns a copy of the test binary that otherUID may run (the
@@ -318,7 +275,7 @@ func TestPeerUID(t *testing.T) {
 		// The child admits this process's user: the refusal is the
 		// listener's.
 		child := startCredChild(t, exe, "dial "+addr+" 0")
-		if got := child.line(t); !strings.HasPrefix(got, "refused true ") || !strings.Contains(got, "listener refuses") {
+		if got := childLine(t, child); !strings.HasPrefix(got, "refused true ") || !strings.Contains(got, "listener refuses") {
 			t.Fatalf("the child's dial: %q, want the listener's refusal, EACCES", got)
 		} else {
 			t.Log("child:", got)
@@ -340,7 +297,7 @@ func TestPeerUID(t *testing.T) {
 	t.Run("DialerRefuses", func(t *testing.T) {
 		addr := shm.Scheme + dir + "/child1"
 		child := startCredChild(t, exe, "listen "+addr+" 0")
-		if got := child.line(t); got != "listening" {
+		if got := childLine(t, child); got != "listening" {
 			t.Fatalf("the child: %q", got)
 		}
 		c := qpOf(open())
@@ -349,8 +306,8 @@ func TestPeerUID(t *testing.T) {
 			t.Fatalf("Connect to a listener of uid %d = %v, want EACCES naming its uid", otherUID, err)
 		}
 		t.Log(err)
-		child.stdin.Close()
-		if got := child.line(t); got != "no request" {
+		child.CloseStdin()
+		if got := childLine(t, child); got != "no request" {
 			t.Errorf("the child's listener: %q, want no request", got)
 		}
 	})
@@ -375,11 +332,11 @@ func TestPeerUID(t *testing.T) {
 		if want := fmt.Sprintf("hello from uid %d", otherUID); msg != want {
 			t.Errorf("received %q, want %q", msg, want)
 		}
-		if got := child.line(t); got != "sent" {
+		if got := childLine(t, child); got != "sent" {
 			t.Errorf("the child: %q", got)
 		}
-		if cred := c.qp.Peer().Cred; cred == nil || cred.UID != otherUID || cred.GID != otherUID || cred.PID != child.cmd.Process.Pid {
-			t.Errorf("Peer().Cred = %+v, want pid %d, uid and gid %d", cred, child.cmd.Process.Pid, otherUID)
+		if cred := c.qp.Peer().Cred; cred == nil || cred.UID != otherUID || cred.GID != otherUID || cred.PID != child.Pid() {
+			t.Errorf("Peer().Cred = %+v, want pid %d, uid and gid %d", cred, child.Pid(), otherUID)
 		}
 	})
 }

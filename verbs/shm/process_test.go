@@ -80,22 +80,39 @@ func processEnv(mode string) func(t *testing.T) verbstest.Env {
 		dir := sockDir(t)
 		return verbstest.Env{
 			Provider:   modeProvider(mode),
-			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer"),
+			Peer:       verbstest.StartPeerProcess(t, "shm:"+dir+"/peer", modeEnv+"="+mode),
 			ListenAddr: "shm:" + dir + "/local",
 		}
 	}
 }
 
+// allModesEnv, set to 1 (as .ci/run does), makes TestConformanceProcess
+// run every mode; without it, it runs the three whose paths between two
+// processes the in-process suites do not take (see processModes).
+const allModesEnv = "EXS_SHM_ALL_MODES"
+
+// processModes returns the modes of TestConformanceProcess: defaults,
+// every WRITE and READ by the initiator with cross-memory attach (its
+// checks against the published registrations face the suite's
+// violations), and the regions of both sides from the shared allocator
+// without cross-memory attach on small rings (the peer's arenas mapped
+// from another process, every byte through the rings); with allModesEnv
+// also everything through the rings, without cross-memory attach, and the
+// shared allocator with cross-memory attach, whose providers' paths the
+// in-process suites (TestConformanceRing, TestConformanceNoCMA,
+// TestConformanceShared) take in every run.
+func processModes() []string {
+	if os.Getenv(allModesEnv) == "1" {
+		return []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"}
+	}
+	return []string{"default", "direct", "shared-nocma"}
+}
+
 // TestConformanceProcess runs the suite with the peer in another process,
-// in each mode: defaults, every WRITE and READ by the initiator with
-// cross-memory attach (its checks against the published registrations
-// face the suite's violations), everything through the rings, without
-// cross-memory attach, and with the regions of both sides from the shared
-// allocator (with cross-memory attach, and without it on small rings).
+// in each mode of processModes.
 func TestConformanceProcess(t *testing.T) {
-	for _, mode := range []string{"default", "direct", "ring", "nocma", "shared", "shared-nocma"} {
+	for _, mode := range processModes() {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, processEnv(mode))
 		})
 	}
@@ -108,7 +125,6 @@ func TestConformanceProcess(t *testing.T) {
 func TestPeerKilled(t *testing.T) {
 	for _, mode := range []string{"default", "direct", "nocma", "shared"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv(modeEnv, mode)
 			peerKilled(t, mode)
 		})
 	}
@@ -120,7 +136,7 @@ func peerKilled(t *testing.T, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	t.Cleanup(cancel)
 	dir := sockDir(t)
-	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
+	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer", modeEnv+"="+mode)
 	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {

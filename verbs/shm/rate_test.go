@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exsgo/exs/internal/childproc"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -131,19 +131,7 @@ func sendRateProcess(b *testing.B, procs int) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	dir := sockDir(b)
 	addr := "shm:" + dir + "/r"
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, "GOMAXPROCS="+strconv.Itoa(procs))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	waited := false
-	defer func() {
-		if !waited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
+	childproc.StartTest(b, childproc.Spec{Env: []string{receiverEnv + "=" + addr, "GOMAXPROCS=" + strconv.Itoa(procs)}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dev, err := verbs.Open(newProvider())
@@ -200,11 +188,7 @@ func sendRateProcess(b *testing.B, procs int) {
 		}
 	}
 	b.ReportMetric(float64(b.N*rateBatch)/time.Since(start).Seconds()/1e6, "Mmsg/s")
-	qp.Disconnect()
-	waited = true
-	if err := cmd.Wait(); err != nil {
-		b.Errorf("receiver process: %v", err)
-	}
+	qp.Disconnect() // the receiver exits; the cleanup waits for it
 }
 
 // BenchmarkRingRate is the anchor of the send-rate benchmarks: rateMsg-byte

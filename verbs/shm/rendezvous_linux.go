@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -135,30 +134,31 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	l := &listener{
-		p: p, addr: Scheme + path, ln: ln,
-		backlog: make(chan *request, Backlog),
-		closed:  make(chan struct{}),
-		conns:   make(map[*net.UnixConn]struct{}),
+	l := &listener{p: p, addr: Scheme + path, ln: ln}
+	l.hs = verbs.Handshakes[*net.UnixConn, *request]{
+		Accept:    ln.AcceptUnix,
+		Handshake: l.readRequest,
+		// The listener closed or the backlog is full.
+		Unqueued:      func(_ *net.UnixConn, r *request) { r.Reject(nil) },
+		Abort:         func(c *net.UnixConn) { c.Close() },
+		StopAccepting: func() { ln.Close() },
+		// As many connections as that wait for their request: one more
+		// is dropped at once (each costs a goroutine for up to
+		// handshakeTimeout), as the TCP provider's listener does.
+		Max:   maxHandshakes,
+		Retry: time.Millisecond, // such as EMFILE: try again
 	}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l.hs.Start(Backlog)
 	return l, nil
 }
 
 // listener accepts connections on its socket and runs each one's
 // handshake in a goroutine of its own, queueing the requests for Accept.
 type listener struct {
-	p       *Provider
-	addr    string
-	ln      *net.UnixListener
-	backlog chan *request
-	closed  chan struct{}
-	wg      sync.WaitGroup
-
-	mu       sync.Mutex
-	isClosed bool
-	conns    map[*net.UnixConn]struct{} // handshakes in progress
+	p    *Provider
+	addr string
+	ln   *net.UnixListener
+	hs   verbs.Handshakes[*net.UnixConn, *request]
 }
 
 // Addr returns "shm:PATH".
@@ -166,7 +166,7 @@ func (l *listener) Addr() string { return l.addr }
 
 // Accept returns the next request.
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	r, err := verbs.AcceptNext(ctx, l.backlog, l.closed)
+	r, err := l.hs.Next(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("shm: accept on %s: %w", l.addr, err)
 	}
@@ -176,82 +176,10 @@ func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
 // Close stops listening, removes the socket, ends the handshakes in
 // progress and rejects the queued requests.
 func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.isClosed {
-		l.mu.Unlock()
+	if !l.hs.Close() {
 		return verbs.ErrClosed
 	}
-	l.isClosed = true
-	for c := range l.conns {
-		c.Close()
-	}
-	l.mu.Unlock()
-	l.ln.Close()
-	close(l.closed)
-	l.wg.Wait()
-	for {
-		select {
-		case r := <-l.backlog:
-			r.Reject(nil)
-		default:
-			return nil
-		}
-	}
-}
-
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(time.Millisecond) // such as EMFILE: try again
-			continue
-		}
-		l.mu.Lock()
-		if l.isClosed {
-			l.mu.Unlock()
-			c.Close()
-			return
-		}
-		if len(l.conns) >= maxHandshakes {
-			// As many connections as that wait for their request: one
-			// more is dropped at once (each costs a goroutine for up to
-			// handshakeTimeout), as the TCP provider's listener does.
-			l.mu.Unlock()
-			c.Close()
-			continue
-		}
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		go l.handshake(c)
-	}
-}
-
-// handshake runs the listener's half of the rendezvous up to the request,
-// and queues it.
-func (l *listener) handshake(c *net.UnixConn) {
-	defer l.wg.Done()
-	r, err := l.readRequest(c)
-	l.mu.Lock()
-	delete(l.conns, c)
-	if err == nil && !l.isClosed {
-		select {
-		case l.backlog <- r:
-			l.mu.Unlock()
-			return
-		default:
-		}
-	}
-	l.mu.Unlock()
-	if r != nil {
-		r.Reject(nil)
-		return
-	}
-	c.Close()
+	return nil
 }
 
 // readRequest sends hello and reads the request with its mapping.
@@ -517,22 +445,11 @@ type request struct {
 	cmaErr  string // "" if cross-memory attach works both ways
 	mineOK  bool   // this side can reach the peer
 
-	mu       sync.Mutex
-	answered bool
+	verbs.AnswerOnce
 }
 
 // PrivateData returns the request's private data.
 func (r *request) PrivateData() []byte { return r.private }
-
-func (r *request) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.answered {
-		return fmt.Errorf("%w: connection request already answered", verbs.ErrInvalid)
-	}
-	r.answered = true
-	return nil
-}
 
 // reply sends the answer.
 func (r *request) reply(kind byte, rnr verbs.RNRPolicy, private []byte) error {
@@ -546,7 +463,7 @@ func (r *request) reply(kind byte, rnr verbs.RNRPolicy, private []byte) error {
 
 // Accept connects ep to the requester.
 func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
-	if err := r.answer(); err != nil {
+	if err := r.Answer(); err != nil {
 		return nil, err
 	}
 	l := newLink(r.l.p, 1, r.m, r.lo, r.conn)
@@ -566,7 +483,7 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 
 // Reject answers the request with a rejection.
 func (r *request) Reject(private []byte) error {
-	if err := r.answer(); err != nil {
+	if err := r.Answer(); err != nil {
 		return err
 	}
 	err := r.reply(replyReject, 0, private)

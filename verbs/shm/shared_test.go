@@ -100,11 +100,10 @@ type sharedConn struct {
 // relaxed) to one in a peer process, in the given test mode.
 func newSharedConn(t *testing.T, mode string, srcLen int, relaxed bool) *sharedConn {
 	t.Helper()
-	t.Setenv(modeEnv, mode)
 	ctx, cancel := context.WithTimeout(context.Background(), verbstest.Timeout)
 	defer cancel()
 	dir := sockDir(t)
-	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer")
+	pp := verbstest.StartPeerProcess(t, "shm:"+dir+"/peer", modeEnv+"="+mode)
 	p := newProvider(modeOptions(mode)...)
 	dev, err := verbs.Open(p)
 	if err != nil {

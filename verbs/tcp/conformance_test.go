@@ -72,13 +72,12 @@ func TestConformanceSmallSegments(t *testing.T) {
 func TestConformanceProcess(t *testing.T) {
 	for _, mode := range []string{"nocrc"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Setenv(modeEnv, mode)
 			verbstest.Run(t, func(t *testing.T) verbstest.Env {
 				p := tcp.New(modeOptions(mode)...)
 				t.Cleanup(func() { p.Close() })
 				return verbstest.Env{
 					Provider:   p,
-					Peer:       verbstest.StartPeerProcess(t, loopback),
+					Peer:       verbstest.StartPeerProcess(t, loopback, modeEnv+"="+mode),
 					ListenAddr: loopback,
 				}
 			})

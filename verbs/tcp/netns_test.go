@@ -3,8 +3,8 @@
 package tcp_test
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/exsgo/exs/exs"
+	"github.com/exsgo/exs/internal/childproc"
 )
 
 // The two-hosts test runs exs between two processes, each in a network
@@ -231,10 +232,6 @@ func TestTwoHosts(t *testing.T) {
 	if err != nil {
 		need("ip not found: install iproute2")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := os.Getpid() % 250
 	nsA, nsB := fmt.Sprintf("exs-tcp-a-%d", os.Getpid()), fmt.Sprintf("exs-tcp-b-%d", os.Getpid())
 	vethA, vethB := fmt.Sprintf("exsa%d", os.Getpid()), fmt.Sprintf("exsb%d", os.Getpid())
@@ -259,40 +256,43 @@ func TestTwoHosts(t *testing.T) {
 		ip("-n", ns.ns, "link", "set", "lo", "up")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	run := func(ns, role, addr string) (*exec.Cmd, *bufio.Scanner) {
-		cmd := exec.CommandContext(ctx, ipCmd, "netns", "exec", ns, self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), netnsRoleEnv+"="+role, netnsAddrEnv+"="+addr)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, bufio.NewScanner(out)
+	const limit = 60 * time.Second
+	run := func(ns, role, addr string) *childproc.Child {
+		return childproc.StartTest(t, childproc.Spec{
+			Via: []string{ipCmd, "netns", "exec", ns},
+			Env: []string{netnsRoleEnv + "=" + role, netnsAddrEnv + "=" + addr},
+		})
 	}
-	server, sout := run(nsA, "server", "tcp:"+ipA+":0")
-	if !sout.Scan() {
-		server.Wait()
-		t.Fatalf("the server said nothing")
+	// rest returns the lines a child writes until it ends.
+	rest := func(c *childproc.Child) []string {
+		var lines []string
+		for {
+			l, err := c.LineWithin(limit)
+			if errors.Is(err, childproc.ErrNoLine) {
+				return lines
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, l)
+		}
 	}
-	addr, ok := strings.CutPrefix(sout.Text(), "listening ")
+	server := run(nsA, "server", "tcp:"+ipA+":0")
+	first, err := server.LineWithin(limit)
+	if err != nil {
+		t.Fatalf("the server said nothing: %v", err)
+	}
+	addr, ok := strings.CutPrefix(first, "listening ")
 	if !ok || !strings.HasPrefix(addr, "tcp:"+ipA+":") || strings.HasSuffix(addr, ":0") {
-		t.Fatalf("server: %q", sout.Text())
+		t.Fatalf("server: %q", first)
 	}
-	client, cout := run(nsB, "client", addr)
-	var lines []string
-	for cout.Scan() {
-		lines = append(lines, cout.Text())
+	client := run(nsB, "client", addr)
+	lines := rest(client)
+	cerr := client.Stop(limit)
+	for _, l := range rest(server) {
+		t.Logf("server: %s", l)
 	}
-	cerr := client.Wait()
-	for sout.Scan() {
-		t.Logf("server: %s", sout.Text())
-	}
-	serr := server.Wait()
+	serr := server.Stop(limit)
 	if cerr != nil || serr != nil {
 		t.Fatalf("client: %v, server: %v", cerr, serr)
 	}

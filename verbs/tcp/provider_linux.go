@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -54,14 +56,8 @@ func (p *Provider) Close() error {
 		return verbs.ErrClosed
 	}
 	p.closed = true
-	lns := make([]*listener, 0, len(p.listeners))
-	for l := range p.listeners {
-		lns = append(lns, l)
-	}
-	links := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		links = append(links, l)
-	}
+	lns := slices.Collect(maps.Keys(p.listeners))
+	links := slices.Collect(maps.Keys(p.links))
 	p.mu.Unlock()
 	for _, l := range lns {
 		l.Close()
@@ -113,13 +109,19 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
 	}
-	l := &listener{
-		p:       p,
-		ln:      nl.(*net.TCPListener),
-		addr:    addrOf(nl.Addr()),
-		reqs:    make(chan *request, Backlog),
-		closedC: make(chan struct{}),
-		shaking: make(map[*net.TCPConn]struct{}),
+	l := &listener{p: p, ln: nl.(*net.TCPListener), addr: addrOf(nl.Addr())}
+	l.hs = verbs.Handshakes[*net.TCPConn, *request]{
+		Accept:    l.ln.AcceptTCP,
+		Handshake: l.handshake,
+		// The listener closed or the backlog is full: the connection
+		// closes.
+		Unqueued:      func(c *net.TCPConn, _ *request) { c.Close() },
+		Abort:         func(c *net.TCPConn) { c.SetDeadline(time.Now()) },
+		StopAccepting: func() { l.ln.Close() },
+		Max:           maxHandshakes,
+		// A transient failure (out of descriptors, say): try again a
+		// little later, as net/http does.
+		Retry: 5 * time.Millisecond,
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -129,8 +131,7 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	}
 	p.listeners[l] = struct{}{}
 	p.mu.Unlock()
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l.hs.Start(Backlog)
 	return l, nil
 }
 
@@ -141,73 +142,20 @@ const maxHandshakes = 4 * Backlog
 // listener is a listening socket and the requests whose MPA request frame
 // arrived.
 type listener struct {
-	p       *Provider
-	ln      *net.TCPListener
-	addr    string
-	reqs    chan *request
-	closedC chan struct{}
-	wg      sync.WaitGroup // acceptLoop and the handshakes
-
-	mu      sync.Mutex
-	closed  bool
-	shaking map[*net.TCPConn]struct{} // connections whose request is awaited
+	p    *Provider
+	ln   *net.TCPListener
+	addr string
+	hs   verbs.Handshakes[*net.TCPConn, *request]
 }
 
 // Addr returns "tcp:IP:PORT", with the port the listener got.
 func (l *listener) Addr() string { return l.addr }
 
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.AcceptTCP()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// A transient failure (out of descriptors, say): try again
-			// a little later, as net/http does.
-			select {
-			case <-l.closedC:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			continue
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			c.Close()
-			return
-		}
-		if len(l.shaking) >= maxHandshakes {
-			// As many connections as that wait for their request: one
-			// more is dropped at once (each costs a goroutine).
-			l.mu.Unlock()
-			c.Close()
-			continue
-		}
-		l.shaking[c] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		go l.handshake(c)
-	}
-}
-
 // handshake reads a connection's MPA request frame, within the handshake
-// timeout, and queues the request for Accept. A frame that breaks RFC 5044
-// (or asks for markers, which the provider does not send) gets a reply
-// with the reject bit and no private data.
-func (l *listener) handshake(c *net.TCPConn) {
-	defer l.wg.Done()
-	queued := false
-	defer func() {
-		l.mu.Lock()
-		delete(l.shaking, c)
-		l.mu.Unlock()
-		if !queued {
-			c.Close()
-		}
-	}()
+// timeout, for Accept. A frame that breaks RFC 5044 (or asks for markers,
+// which the provider does not send) gets a reply with the reject bit and
+// no private data.
+func (l *listener) handshake(c *net.TCPConn) (*request, error) {
 	c.SetDeadline(time.Now().Add(l.p.opts.handshake))
 	buf := new([mpaHdrLen + verbs.MaxPrivateData]byte)
 	f, err := readMPA(c, false, buf)
@@ -219,25 +167,15 @@ func (l *listener) handshake(c *net.TCPConn) {
 			c.Write(appendMPA(nil, mpaFrame{reply: true, reject: true, rev: mpaRevision}))
 			closeGently(c)
 		}
-		return
+		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	r := &request{l: l, c: c, crc: f.crc, private: append([]byte(nil), f.private...)}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return
-	}
-	select {
-	case l.reqs <- r:
-		queued = true
-	default: // backlog full: the connection closes
-	}
+	return &request{l: l, c: c, crc: f.crc, private: append([]byte(nil), f.private...)}, nil
 }
 
 // Accept returns the next request.
 func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
-	r, err := verbs.AcceptNext(ctx, l.reqs, l.closedC)
+	r, err := l.hs.Next(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: accept on %s: %w", l.addr, err)
 	}
@@ -247,27 +185,8 @@ func (l *listener) Accept(ctx context.Context) (verbs.LinkRequest, error) {
 // Close stops listening: it rejects the queued requests, drops the
 // connections whose request has not arrived, and waits for its goroutines.
 func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.hs.Close() {
 		return fmt.Errorf("tcp: close %s: %w", l.addr, verbs.ErrClosed)
-	}
-	l.closed = true
-	close(l.closedC)
-	for c := range l.shaking {
-		c.SetDeadline(time.Now()) // ends its handshake
-	}
-	l.mu.Unlock()
-	l.ln.Close()
-	l.wg.Wait()
-	for {
-		select {
-		case r := <-l.reqs:
-			r.Reject(nil)
-			continue
-		default:
-		}
-		break
 	}
 	l.p.mu.Lock()
 	delete(l.p.listeners, l)
@@ -282,27 +201,16 @@ type request struct {
 	crc     bool // the requester asked for CRCs
 	private []byte
 
-	mu       sync.Mutex
-	answered bool
+	verbs.AnswerOnce
 }
 
 // PrivateData returns the request's private data.
 func (r *request) PrivateData() []byte { return r.private }
 
-func (r *request) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.answered {
-		return fmt.Errorf("%w: connection request already answered", verbs.ErrInvalid)
-	}
-	r.answered = true
-	return nil
-}
-
 // Accept sends the MPA reply and starts the connection's link. It fails
 // with an error wrapping syscall.ECONNABORTED if the requester is gone.
 func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
-	if err := r.answer(); err != nil {
+	if err := r.Answer(); err != nil {
 		return nil, err
 	}
 	p := r.l.p
@@ -334,7 +242,7 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 // Reject sends an MPA reply with the reject bit and private, and closes
 // the connection.
 func (r *request) Reject(private []byte) error {
-	if err := r.answer(); err != nil {
+	if err := r.Answer(); err != nil {
 		return err
 	}
 	c := r.c

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/exsgo/exs/internal/childproc"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -103,31 +103,27 @@ type ProcessPeer struct {
 	Peer // the remote peer
 
 	rp     *remotePeer
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the child has been waited for
-	werr   error         // cmd.Wait's error, once exited is closed
-
-	mu     sync.Mutex
-	killed bool
+	child  *childproc.Child
+	killed atomic.Bool // Kill was called: the child's death is no error
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // StartPeerProcess starts a peer process: it runs the test binary
-// (os.Executable) again with -test.run=^$ and PeerEnv set to listenAddr, and
-// returns a Peer that calls it. The test binary's TestMain must call
-// PeerProcessMain. The child's standard output and error go to the test's
-// standard error. StartPeerProcess waits until the child answers, and
-// fails t if it does not within Timeout.
+// (os.Executable) again with -test.run=^$, PeerEnv set to listenAddr and
+// env added to its environment, and returns a Peer that calls it. The test
+// binary's TestMain must call PeerProcessMain. StartPeerProcess waits until
+// the child answers, and fails t if it does not within Timeout.
 //
 // The ProcessPeer's Close (which the suite calls, and t.Cleanup calls too)
 // closes the child's Peer, waits for the child to exit, killing it if it
 // has not exited 10 seconds later, and reports a child that exited with an
-// error. If the parent dies, the child sees its stream end and exits.
-func StartPeerProcess(t testing.TB, listenAddr string) *ProcessPeer {
+// error, with what it wrote on standard error (and standard output). If
+// the parent dies, the child sees its stream end and exits.
+func StartPeerProcess(t testing.TB, listenAddr string, env ...string) *ProcessPeer {
 	t.Helper()
-	pp, err := startPeerProcess(listenAddr)
+	pp, err := startPeerProcess(listenAddr, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +141,7 @@ func StartPeerProcess(t testing.TB, listenAddr string) *ProcessPeer {
 	return pp
 }
 
-func startPeerProcess(listenAddr string) (*ProcessPeer, error) {
+func startPeerProcess(listenAddr string, env []string) (*ProcessPeer, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("verbstest: peer process: %w", err)
@@ -156,53 +152,33 @@ func startPeerProcess(listenAddr string) (*ProcessPeer, error) {
 		inW.Close()
 		return nil, fmt.Errorf("verbstest: peer process: %w", err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
-	}
-	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
-	// A binary built with -race sleeps a second at exit unless told not
-	// to.
-	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), PeerEnv+"="+listenAddr, "GORACE="+gorace)
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = []*os.File{inR, outW} // descriptors 3 and 4
-	err = cmd.Start()
-	// The child holds its ends now; ours must go so that the streams end
-	// when either side dies.
-	inR.Close()
-	outW.Close()
+	child, err := childproc.Start(childproc.Spec{
+		Env:   append([]string{PeerEnv + "=" + listenAddr}, env...),
+		Files: []*os.File{inR, outW}, // descriptors 3 and 4
+		// Whatever the code under test prints goes with the child's
+		// standard error.
+		MergeStdout: true,
+	})
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		return nil, fmt.Errorf("verbstest: starting the peer process: %w", err)
+		return nil, fmt.Errorf("verbstest: %w", err)
 	}
-	pp := &ProcessPeer{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		pp.werr = cmd.Wait()
-		close(pp.exited)
-	}()
+	pp := &ProcessPeer{child: child}
 	pp.rp = newRemotePeer(outR, inW)
 	pp.Peer = pp.rp
 	return pp, nil
 }
 
 // Pid returns the child's process id.
-func (pp *ProcessPeer) Pid() int { return pp.cmd.Process.Pid }
+func (pp *ProcessPeer) Pid() int { return pp.child.Pid() }
 
 // Kill kills the child with SIGKILL at once. Calls in progress and later
 // calls fail with an error satisfying errors.Is(err, verbs.ErrClosed);
 // Close then reports no error for the child's death.
 func (pp *ProcessPeer) Kill() error {
-	pp.mu.Lock()
-	pp.killed = true
-	pp.mu.Unlock()
-	err := pp.cmd.Process.Kill()
-	if errors.Is(err, os.ErrProcessDone) {
-		return nil
-	}
-	return err
+	pp.killed.Store(true)
+	return pp.child.Kill()
 }
 
 // Close closes the child's Peer and waits for the child to exit. A second
@@ -213,7 +189,7 @@ func (pp *ProcessPeer) Close() error {
 }
 
 // Exited returns a channel closed once the child has exited.
-func (pp *ProcessPeer) Exited() <-chan struct{} { return pp.exited }
+func (pp *ProcessPeer) Exited() <-chan struct{} { return pp.child.Exited() }
 
 // close closes the peer once, setting closeErr, and reports whether this
 // call did.
@@ -221,24 +197,10 @@ func (pp *ProcessPeer) close() (first bool) {
 	pp.closeOnce.Do(func() {
 		first = true
 		err := pp.rp.Close()
-		timer := time.NewTimer(peerExitGrace)
-		defer timer.Stop()
-		select {
-		case <-pp.exited:
-		case <-timer.C:
-			pp.cmd.Process.Kill()
-			<-pp.exited
-			err = errors.Join(err, fmt.Errorf("verbstest: peer process %d did not exit %v after Close; killed", pp.Pid(), peerExitGrace))
+		if cerr := pp.child.Stop(peerExitGrace); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("verbstest: %w", cerr))
 		}
-		pp.mu.Lock()
-		killed := pp.killed
-		pp.mu.Unlock()
-		switch {
-		case killed:
-			// Its death was asked for.
-		case pp.werr != nil:
-			pp.closeErr = errors.Join(err, fmt.Errorf("verbstest: peer process %d: %w", pp.Pid(), pp.werr))
-		default:
+		if !pp.killed.Load() {
 			pp.closeErr = err
 		}
 	})

@@ -1,8 +1,6 @@
 package verbstest
 
 import (
-	"errors"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -18,9 +16,8 @@ func TestPeerProcessParentGone(t *testing.T) {
 	case <-time.After(Timeout):
 		t.Fatalf("peer process %d still running %v after its stream ended", pp.Pid(), Timeout)
 	}
-	var ee *exec.ExitError
-	if !errors.As(pp.werr, &ee) || ee.ExitCode() != 1 {
-		t.Errorf("peer process exit: %v, want status 1", pp.werr)
+	if st := pp.child.ProcessState(); st == nil || st.ExitCode() != 1 {
+		t.Errorf("peer process exit: %v, want status 1", st)
 	}
 	if err := pp.Close(); err == nil {
 		t.Errorf("Close after the child failed: no error")

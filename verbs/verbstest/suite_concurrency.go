@@ -117,7 +117,14 @@ func testConcurrentBothWays(x *st) {
 		x.Fatalf("pollers: local %v, peer %v", localErr, peerErr)
 	}
 
-	// Local: sends in per-sender order, RECVs (immediate data) in order.
+	checkBothWaysLocal(x, local, senders, perSender)
+	checkBothWaysPeer(x, peer, x.readPeer(dst)[Guard:], senders)
+}
+
+// checkBothWaysLocal checks testConcurrentBothWays's local completions:
+// each sender's SENDs in the order it posted them, the RECVs (immediate
+// data) in order.
+func checkBothWaysLocal(x *st, local []verbs.WC, senders, perSender uint64) {
 	next := make([]uint64, senders)
 	var imm uint32
 	for _, wc := range local {
@@ -139,8 +146,12 @@ func testConcurrentBothWays(x *st) {
 			x.Errorf("unexpected local completion %+v", wc)
 		}
 	}
-	// Peer: RECVs in order, each sender's messages in order.
-	b := x.readPeer(dst)[Guard:]
+}
+
+// checkBothWaysPeer checks testConcurrentBothWays's peer completions: the
+// RECVs in order, each sender's messages in order in b, the peer's
+// receive region.
+func checkBothWaysPeer(x *st, peer []verbs.WC, b []byte, senders uint32) {
 	seen := make([]uint32, senders)
 	var recvs uint64
 	for _, wc := range peer {

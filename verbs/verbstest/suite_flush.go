@@ -107,15 +107,7 @@ func testFlushByPeer(x *st, destroy bool) {
 	q, p := x.pair(QPSpec{RNR: verbs.RNRWait}, QPSpec{})
 	pm := x.peerRegister(p, 64, rw)
 	wantRecvs, wantSends, _ := outstanding(x, q, pm)
-	var err error
-	if destroy {
-		err = p.Close()
-	} else {
-		err = p.Disconnect()
-	}
-	if err != nil {
-		x.Fatalf("peer disconnect: %v", err)
-	}
+	endPeer(x, p, destroy, "peer disconnect")
 	x.waitError(q)
 	if err := q.qp.Err(); !errors.Is(err, verbs.ErrDisconnected) {
 		x.Errorf("Err after the peer's disconnect = %v, want ErrDisconnected", err)
@@ -174,15 +166,7 @@ func testDeliveredBeforePeerGoes(x *st, destroy bool) {
 		)
 	}
 	x.peerPoll(p, n)
-	var err error
-	if destroy {
-		err = p.Close()
-	} else {
-		err = p.Disconnect()
-	}
-	if err != nil {
-		x.Fatalf("peer close: %v", err)
-	}
+	endPeer(x, p, destroy, "peer close")
 	var want []verbs.WC
 	for i := range n {
 		want = append(want, verbs.WC{WRID: uint64(100 + i), Status: verbs.StatusSuccess, Opcode: verbs.WCRecv, ByteLen: 16})
@@ -201,4 +185,18 @@ func testDeliveredBeforePeerGoes(x *st, destroy bool) {
 	b, _ = target.Read()
 	x.expectRegion("local write target", b, wantTarget)
 	x.noMore(q)
+}
+
+// endPeer ends the peer's queue pair: destroys it (Close) if destroy,
+// else disconnects it, failing the test with what if that fails.
+func endPeer(x *st, p PeerQP, destroy bool, what string) {
+	var err error
+	if destroy {
+		err = p.Close()
+	} else {
+		err = p.Disconnect()
+	}
+	if err != nil {
+		x.Fatalf("%s: %v", what, err)
+	}
 }

@@ -440,14 +440,11 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 	events := make([]exs.Event, len(bufs))
 	next := 0
 	for {
-		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
-		if stop.Load() {
-			return nil
-		}
-		if err != nil && !errors.Is(err, exs.ErrTimeout) {
+		evs, done, err := e.dequeue(stop, events)
+		if done {
 			return err
 		}
-		for _, ev := range events[:n] {
+		for _, ev := range evs {
 			if ev.Err != nil {
 				if stop.Load() {
 					return nil
@@ -464,6 +461,20 @@ func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 			next = (next + 1) % len(bufs)
 		}
 	}
+}
+
+// dequeue waits up to 100 ms for events of the sender's or the echoing
+// side's queue. done reports the end of the loop: stop was set (err nil),
+// or the queue failed.
+func (e *exsEnd) dequeue(stop *atomic.Bool, events []exs.Event) (evs []exs.Event, done bool, err error) {
+	n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
+	if stop.Load() {
+		return nil, true, nil
+	}
+	if err != nil && !errors.Is(err, exs.ErrTimeout) {
+		return nil, true, err
+	}
+	return events[:n], false, nil
 }
 
 // PingPong: the connected side sends Size bytes, the accepted side receives
@@ -557,14 +568,11 @@ func (e *exsEnd) echo(stop *atomic.Bool, endOK bool) error {
 		return e.s.Send(e.q, bufs[1], mh, 0, nil)
 	}
 	for {
-		n, err := e.q.Dequeue(events, 1, 100*time.Millisecond)
-		if stop.Load() {
-			return nil
-		}
-		if err != nil && !errors.Is(err, exs.ErrTimeout) {
+		evs, done, err := e.dequeue(stop, events)
+		if done {
 			return err
 		}
-		for _, ev := range events[:n] {
+		for _, ev := range evs {
 			if ev.Err != nil || ev.Type == exs.EventRecv && ev.N == 0 {
 				if stopped() {
 					return nil

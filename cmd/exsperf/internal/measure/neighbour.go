@@ -34,7 +34,7 @@ func StartNeighbour(ctx context.Context) (*Neighbour, error) {
 	if strings.TrimSpace(line) != neighbourLine {
 		return nil, errors.Join(fmt.Errorf("the neighbour did not start (it said %q)", short(line)), p.Close())
 	}
-	return &Neighbour{p: p, Pid: p.cmd.Process.Pid, start: time.Now()}, nil
+	return &Neighbour{p: p, Pid: p.child.Pid(), start: time.Now()}, nil
 }
 
 // Close stops the neighbour and returns the share of a CPU it had over its
@@ -44,7 +44,7 @@ func (n *Neighbour) Close() (float64, error) {
 		return 0, err
 	}
 	wall := time.Since(n.start)
-	st := n.p.cmd.ProcessState
+	st := n.p.child.ProcessState()
 	return (st.UserTime() + st.SystemTime()).Seconds() / wall.Seconds(), nil
 }
 

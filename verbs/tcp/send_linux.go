@@ -1,0 +1,314 @@
+package tcp
+
+// Sending: Transmit, the FPDUs of a message queued under the link's mu,
+// the non-blocking writes that drain the queue, and the writer goroutine
+// that waits for room in the socket.
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/exsgo/exs/verbs"
+)
+
+// Transmit queues the FPDUs of m and writes what the socket takes now; the
+// writer goroutine writes the rest. Its outcome comes later: success when
+// a READ response after it (a fence's, or an application READ's) arrives,
+// the error of the peer's Terminate that names it, or a flush.
+func (l *link) Transmit(m *verbs.Message) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.term {
+		return true, verbs.ErrClosed
+	}
+	// A fence not yet written at the queue's tail goes: the one after
+	// this message (or its own response, for a READ) covers the same.
+	l.dropFenceLocked()
+	segs := m.Segments()
+	r := record{m: m}
+	switch m.Op {
+	case verbs.OpSend:
+		r.kind, r.hasMSN, r.msnLo, r.msnHi = recSend, true, l.sendMSN, l.sendMSN
+		l.pushData(false, opSend, 0, 0, qnSend, l.sendMSN, segs, m.Len, itemMsg)
+		l.sendMSN++
+	case verbs.OpSendWithImm:
+		r.kind, r.hasMSN, r.msnLo, r.msnHi = recSend, true, l.sendMSN, l.sendMSN+1
+		l.pushImmLocked(m.Imm, immNextSend)
+		l.pushData(false, opSend, 0, 0, qnSend, l.sendMSN, segs, m.Len, itemMsg)
+		l.sendMSN++
+	case verbs.OpWrite:
+		r.kind, r.stag, r.to, r.n = recWrite, uint32(m.RKey), m.RAddr, uint64(m.Len)
+		l.pushData(true, opWrite, uint32(m.RKey), m.RAddr, 0, 0, segs, m.Len, itemMsg)
+	case verbs.OpWriteWithImm:
+		r.kind, r.stag, r.to, r.n = recWrite, uint32(m.RKey), m.RAddr, uint64(m.Len)
+		l.pushData(true, opWrite, uint32(m.RKey), m.RAddr, 0, 0, segs, m.Len, itemMsg)
+		r.hasMSN, r.msnLo, r.msnHi = true, l.sendMSN, l.sendMSN
+		l.pushImmLocked(m.Imm, 0)
+	case verbs.OpRead:
+		l.sinkSeq++
+		r.kind, r.rmsn, r.stag, r.n = recRead, l.readMSN, 1<<31|l.sinkSeq&(1<<31-1), uint64(m.Len)
+		rr := readRequest{sinkSTag: r.stag, size: uint32(m.Len), srcSTag: uint32(m.RKey), srcTO: m.RAddr}
+		l.pushReadLocked(&rr)
+	default:
+		return true, fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, m.Op)
+	}
+	l.recs = append(l.recs, r)
+	if m.Op != verbs.OpRead {
+		l.pushFenceLocked(0)
+	}
+	l.flushLocked()
+	return false, nil
+}
+
+// dropFenceLocked takes back the fence at the queue's tail if none of it
+// was written: its record is the last, its MSN the last taken.
+func (l *link) dropFenceLocked() {
+	if l.qh == len(l.q) {
+		return
+	}
+	it := l.q[len(l.q)-1]
+	if !it.fence || it.started {
+		return
+	}
+	l.q[len(l.q)-1] = nil
+	l.q = l.q[:len(l.q)-1]
+	l.retire(it)
+	l.recs[len(l.recs)-1] = record{}
+	l.recs = l.recs[:len(l.recs)-1]
+	l.readMSN--
+}
+
+// pushFenceLocked queues a zero-length READ of no memory (params is its
+// Data Source Tagged Offset: zero for a fence, the parameters for the
+// ready-to-receive message) and records it.
+func (l *link) pushFenceLocked(params uint64) {
+	l.recs = append(l.recs, record{kind: recFence, rmsn: l.readMSN})
+	rr := readRequest{srcTO: params}
+	l.pushReadLocked(&rr)
+	l.q[len(l.q)-1].fence = params == 0
+}
+
+// pushReadLocked queues an RDMA Read Request.
+func (l *link) pushReadLocked(rr *readRequest) {
+	it := l.item(itemCtl)
+	h := putUntagged(it.hdr[:], opReadReq, true, qnRead, l.readMSN, 0, readReqLen)
+	rr.put(it.hdr[len(h):])
+	l.pushCtlItem(it, len(h)+readReqLen)
+	l.readMSN++
+}
+
+// pushImmLocked queues an Immediate Data message (RFC 7306) carrying imm
+// and, in its second word, flag.
+func (l *link) pushImmLocked(imm, flag uint32) {
+	it := l.item(itemCtl)
+	h := putUntagged(it.hdr[:], opImm, true, qnSend, l.sendMSN, 0, immLen)
+	binary.BigEndian.PutUint32(it.hdr[len(h):], imm)
+	binary.BigEndian.PutUint32(it.hdr[len(h)+4:], flag)
+	l.pushCtlItem(it, len(h)+immLen)
+	l.sendMSN++
+}
+
+// pushCtlItem finishes an item whose FPDU is the first n bytes of its hdr
+// and queues it.
+func (l *link) pushCtlItem(it *txItem, n int) {
+	b := it.hdr[:n]
+	it.vec = append(it.vec[:0], b, trailer(it.tail[:], l.sum(0, b), n-2, l.crc))
+	it.iov = it.vec
+	l.q = append(l.q, it)
+	if it.kind == itemCtl {
+		l.ctlQueued++
+	}
+}
+
+// sum updates a running CRC, if CRCs are on.
+func (l *link) sum(s uint32, b []byte) uint32 {
+	if !l.crc {
+		return 0
+	}
+	return crcUpdate(s, b)
+}
+
+// pushData queues the FPDUs of one DDP message whose payload is the first
+// n bytes of segs: tagged (stag, to) or untagged (qn, msn), each FPDU
+// carrying at most the link's payload size, the last with the L bit.
+func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn uint32, segs [][]byte, n int, kind uint8) {
+	max := l.pay[1]
+	if tagged {
+		max = l.pay[0]
+	}
+	si, so := 0, 0 // position in segs
+	off := 0
+	for {
+		chunk := min(max, n-off)
+		last := off+chunk == n
+		it := l.item(kind)
+		var h []byte
+		if tagged {
+			h = putTagged(it.hdr[:], op, last, stag, to+uint64(off), chunk)
+		} else {
+			h = putUntagged(it.hdr[:], op, last, qn, msn, uint32(off), chunk)
+		}
+		it.vec = append(it.vec[:0], h)
+		s := l.sum(0, h)
+		for k := chunk; k > 0; {
+			b := segs[si][so:]
+			if len(b) > k {
+				b = b[:k]
+			}
+			if len(b) > 0 {
+				it.vec = append(it.vec, b)
+				s = l.sum(s, b)
+			}
+			k -= len(b)
+			so += len(b)
+			if so == len(segs[si]) {
+				si, so = si+1, 0
+			}
+		}
+		it.vec = append(it.vec, trailer(it.tail[:], s, len(h)-2+chunk, l.crc))
+		it.iov = it.vec
+		l.q = append(l.q, it)
+		if kind == itemCtl {
+			l.ctlQueued++
+		}
+		off += chunk
+		if last {
+			return
+		}
+	}
+}
+
+// item returns a blank item of kind.
+func (l *link) item(kind uint8) *txItem {
+	var it *txItem
+	if n := len(l.free); n > 0 {
+		it = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		it = new(txItem)
+	}
+	it.kind = kind
+	return it
+}
+
+// flushLocked writes queued FPDUs while the socket takes them, without
+// blocking; when it takes no more, the writer goroutine waits for room.
+func (l *link) flushLocked() {
+	for l.qh < len(l.q) && !l.gated && l.txErr == nil {
+		bufs := l.gather[:0]
+		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov; i++ {
+			it := l.q[i]
+			if it.region != nil && len(it.iov) > 1 {
+				// The last FPDU of a READ response: its trailer goes
+				// in a write of its own, after the region's reference
+				// is dropped, so that the READ cannot complete (and
+				// its requester deregister the region) while this
+				// side still holds it.
+				bufs = append(bufs, it.iov[:len(it.iov)-1]...)
+				break
+			}
+			bufs = append(bufs, it.iov...)
+		}
+		l.gather = bufs
+		n, err := l.iov.writev(l.fd, bufs)
+		clear(bufs)
+		if err == errWouldBlock {
+			if !l.blocked {
+				l.blocked = true
+				l.cond.Broadcast()
+			}
+			return
+		}
+		if err != nil {
+			l.txErr = err
+			l.cond.Broadcast()
+			return
+		}
+		l.advanceLocked(n)
+	}
+	l.blocked = false
+}
+
+// advanceLocked takes n written bytes off the queue.
+func (l *link) advanceLocked(n int) {
+	for l.qh < len(l.q) {
+		it := l.q[l.qh]
+		for len(it.iov) > 0 && n >= len(it.iov[0]) {
+			n -= len(it.iov[0])
+			it.iov = it.iov[1:]
+		}
+		if len(it.iov) > 0 {
+			if n > 0 {
+				it.iov[0] = it.iov[0][n:]
+				it.started = true
+			}
+			if len(it.iov) == 1 && it.region != nil {
+				it.region.Release() // only the trailer is left
+				it.region = nil
+			}
+			return
+		}
+		l.q[l.qh] = nil
+		l.qh++
+		l.retire(it)
+	}
+	l.q = l.q[:0]
+	l.qh = 0
+}
+
+// retire recycles a written or dropped item.
+func (l *link) retire(it *txItem) {
+	if it.region != nil {
+		it.region.Release()
+	}
+	if it.respEnd {
+		l.respPending--
+		l.cond.Broadcast()
+	}
+	if it.kind == itemCtl {
+		if l.ctlQueued--; l.ctlQueued == maxCtlQueued-1 {
+			l.cond.Broadcast()
+		}
+	}
+	clear(it.vec)
+	*it = txItem{vec: it.vec[:0], priv: it.priv[:0]}
+	l.free = append(l.free, it)
+}
+
+// writer writes what the socket could not take at once, waiting for room
+// in the runtime's poller, and at the end shuts the writing side down.
+func (l *link) writer() {
+	defer close(l.writerDone)
+	rc, err := l.c.SyscallConn()
+	for {
+		l.mu.Lock()
+		for !(l.blocked && !l.gated) && !l.finish && l.txErr == nil {
+			l.cond.Wait()
+		}
+		if l.txErr != nil || err != nil {
+			l.mu.Unlock()
+			return
+		}
+		if l.finish && l.qh == len(l.q) {
+			l.mu.Unlock()
+			l.c.CloseWrite() // FIN, after every byte written
+			return
+		}
+		l.mu.Unlock()
+		werr := rc.Write(func(uintptr) bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.flushLocked()
+			return !l.blocked || l.gated || l.txErr != nil
+		})
+		if werr != nil {
+			l.mu.Lock()
+			if l.txErr == nil {
+				l.txErr = werr
+			}
+			l.cond.Broadcast()
+			l.mu.Unlock()
+			return
+		}
+	}
+}
