@@ -529,7 +529,7 @@ func pingLoop(ctx context.Context, warmup, d time.Duration, rt func() error) ([]
 	win := window{warmup: warmup, d: d}
 	for n := 0; ; n++ {
 		t0 := time.Now()
-		e := win.check(t0.Sub(start), 0)
+		e := win.check(t0.Sub(start), int64(n)) // the round trips done: the progress
 		if e == edgeEnd {
 			return out, nil
 		}

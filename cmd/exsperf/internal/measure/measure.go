@@ -202,6 +202,7 @@ type window struct {
 	warmup, d time.Duration
 	max       time.Duration // the longest warm-up; at or below warmup: exactly warmup
 	start     time.Duration // the elapsed time at the start edge: the warm-up taken
+	startB    int64         // the bytes moved at the start edge
 	phase     int           // 0 warming up, 1 measuring, 2 done
 	unsteady  bool          // the warm-up reached max without a steady rate
 
@@ -241,17 +242,25 @@ func (w *window) check(el time.Duration, bytes int64) int {
 	switch w.phase {
 	case 0:
 		if w.warm(el, bytes) {
-			w.phase, w.start = 1, el
+			w.phase, w.start, w.startB = 1, el, bytes
 			return edgeStart
 		}
 	case 1:
-		if el-w.start >= w.d {
+		// An interval in which nothing moved yet goes on until something
+		// does, up to starvedStretch times its length: on a loaded machine
+		// a short interval can pass while the run's goroutines wait for a
+		// CPU, and its rate would read 0.
+		if span := el - w.start; span >= w.d && (bytes > w.startB || span >= starvedStretch*w.d) {
 			w.phase = 2
 			return edgeEnd
 		}
 	}
 	return edgeNone
 }
+
+// starvedStretch bounds how far an interval in which nothing moved is
+// stretched.
+const starvedStretch = 10
 
 // warm reports whether the warm-up is over at el, with bytes moved.
 func (w *window) warm(el time.Duration, bytes int64) bool {

@@ -13,19 +13,36 @@ import (
 
 // TestWindow walks a window through its edges: the interval starts at the
 // first check at or after the warm-up and ends at the first check at least
-// d after that start, however far apart the checks are.
+// d after that start, however far apart the checks are, once something
+// moved in it; an interval in which nothing moved goes on until something
+// does, or until it is ten times as long.
 func TestWindow(t *testing.T) {
 	ms := time.Millisecond
-	w := window{warmup: 10 * ms, d: 20 * ms}
+	type step struct {
+		el    time.Duration
+		bytes int64
+		want  int
+	}
 	for _, c := range []struct {
-		el   time.Duration
-		want int
+		name  string
+		steps []step
 	}{
-		{0, edgeNone}, {9 * ms, edgeNone}, {13 * ms, edgeStart}, {13 * ms, edgeNone},
-		{32 * ms, edgeNone}, {33 * ms, edgeEnd}, {50 * ms, edgeNone},
+		{"moving", []step{
+			{0, 0, edgeNone}, {9 * ms, 1, edgeNone}, {13 * ms, 2, edgeStart}, {13 * ms, 2, edgeNone},
+			{32 * ms, 3, edgeNone}, {33 * ms, 4, edgeEnd}, {50 * ms, 5, edgeNone},
+		}},
+		{"starved until 40 ms", []step{
+			{13 * ms, 2, edgeStart}, {33 * ms, 2, edgeNone}, {39 * ms, 2, edgeNone}, {40 * ms, 3, edgeEnd},
+		}},
+		{"starved throughout", []step{
+			{13 * ms, 2, edgeStart}, {33 * ms, 2, edgeNone}, {212 * ms, 2, edgeNone}, {213 * ms, 2, edgeEnd},
+		}},
 	} {
-		if got := w.check(c.el, 0); got != c.want {
-			t.Errorf("check(%v) = %d, want %d", c.el, got, c.want)
+		w := window{warmup: 10 * ms, d: 20 * ms}
+		for _, s := range c.steps {
+			if got := w.check(s.el, s.bytes); got != s.want {
+				t.Errorf("%s: check(%v, %d) = %d, want %d", c.name, s.el, s.bytes, got, s.want)
+			}
 		}
 	}
 	if z := (window{}); z.check(0, 0) != edgeStart || z.check(0, 0) != edgeEnd {
@@ -105,7 +122,7 @@ func TestWindowSteady(t *testing.T) {
 			if start != c.start || w.start != c.start || w.unsteady != c.wantUnsteady {
 				t.Errorf("started at %v (window %v), unsteady %v; want %v, %v", start, w.start, w.unsteady, c.start, c.wantUnsteady)
 			}
-			if w.check(w.start+10*ms, 0) != edgeEnd {
+			if w.check(w.start+10*ms, w.startB+1) != edgeEnd {
 				t.Error("no end edge d after the start")
 			}
 		})
