@@ -1,6 +1,10 @@
 package verbs
 
-import "io"
+import (
+	"io"
+
+	"github.com/exsgo/exs/internal/bigcopy"
+)
 
 // segReader reads a list of byte slices in order: the gather list of a
 // work request. It is thread-compatible: one reader at a time.
@@ -8,17 +12,40 @@ type segReader struct {
 	segs [][]byte
 	i    int // current segment
 	off  int // offset in segs[i]
+	big  bool
 }
 
 // reset rewinds r over segs.
-func (r *segReader) reset(segs [][]byte) { r.segs, r.i, r.off = segs, 0, 0 }
+func (r *segReader) reset(segs [][]byte) {
+	r.segs, r.i, r.off, r.big = segs, 0, 0, isBig(segs)
+}
+
+// isBig reports whether segs hold bigcopy.Min bytes or more: a transfer
+// that runtime.memmove, were it one block, would copy with non-temporal
+// stores; its pieces are then copied so too (bigcopy.Copy), and smaller
+// transfers through the cache (copy()).
+func isBig(segs [][]byte) bool {
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	return n >= bigcopy.Min
+}
+
+// copyPiece copies src into dst with bigcopy.Copy if big, else copy().
+func copyPiece(dst, src []byte, big bool) int {
+	if big {
+		return bigcopy.Copy(dst, src)
+	}
+	return copy(dst, src)
+}
 
 // Read copies the next bytes into p. It returns io.EOF once every segment
 // has been read.
 func (r *segReader) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) && r.i < len(r.segs) {
-		c := copy(p[n:], r.segs[r.i][r.off:])
+		c := copyPiece(p[n:], r.segs[r.i][r.off:], r.big)
 		n += c
 		r.off += c
 		if r.off == len(r.segs[r.i]) {
@@ -57,17 +84,20 @@ type segWriter struct {
 	segs [][]byte
 	i    int
 	off  int
+	big  bool
 }
 
 // reset rewinds w over segs.
-func (w *segWriter) reset(segs [][]byte) { w.segs, w.i, w.off = segs, 0, 0 }
+func (w *segWriter) reset(segs [][]byte) {
+	w.segs, w.i, w.off, w.big = segs, 0, 0, isBig(segs)
+}
 
 // Write copies p into the next bytes of the segments. It returns
 // io.ErrShortWrite if p does not fit.
 func (w *segWriter) Write(p []byte) (int, error) {
 	n := 0
 	for n < len(p) && w.i < len(w.segs) {
-		c := copy(w.segs[w.i][w.off:], p[n:])
+		c := copyPiece(w.segs[w.i][w.off:], p[n:], w.big)
 		n += c
 		w.off += c
 		if w.off == len(w.segs[w.i]) {

@@ -3,7 +3,10 @@ package verbs
 import (
 	"bytes"
 	"io"
+	"strconv"
 	"testing"
+
+	"github.com/exsgo/exs/internal/bigcopy"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -123,4 +126,48 @@ func split(data, cuts []byte) [][]byte {
 		data = data[n:]
 	}
 	return append(segs, data)
+}
+
+// TestSegIOBig checks the reader and the writer over transfers around
+// bigcopy.Min bytes (copied by bigcopy.Copy from Min on), in 4 pieces at
+// odd offsets of their buffers, against plain concatenation.
+func TestSegIOBig(t *testing.T) {
+	for _, total := range []int{bigcopy.Min - 1, bigcopy.Min, bigcopy.Min + 4099} {
+		t.Run(strconv.Itoa(total), func(t *testing.T) {
+			data := make([]byte, total)
+			for i := range data {
+				data[i] = byte(i*131 + i>>11)
+			}
+			q := total / 4
+			cuts := []int{0, q - 3, 2*q + 5, 3*q + 1, total}
+			pieces := func(src []byte) [][]byte {
+				var segs [][]byte
+				for i := range 4 {
+					// Each piece in a buffer of its own, 3 bytes in.
+					b := make([]byte, cuts[i+1]-cuts[i]+3)
+					copy(b[3:], src[cuts[i]:cuts[i+1]])
+					segs = append(segs, b[3:])
+				}
+				return segs
+			}
+			var r segReader
+			r.reset(pieces(data))
+			got := make([]byte, total+1) // 1 byte in: unaligned too
+			if _, err := io.ReadFull(&r, got[1:]); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[1:], data) {
+				t.Fatal("reader yielded other bytes than the pieces'")
+			}
+			dst := pieces(make([]byte, total))
+			var w segWriter
+			w.reset(dst)
+			if n, err := w.Write(data); n != total || err != nil {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+			if !bytes.Equal(bytes.Join(dst, nil), data) {
+				t.Fatal("writer placed other bytes than written")
+			}
+		})
+	}
 }

@@ -7,6 +7,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/exsgo/exs/internal/bigcopy"
 
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
@@ -172,13 +173,19 @@ func (l *link) directLocked(m *verbs.Message, alone bool) (bool, error) {
 		err = ri.Check(m.RKey, m.RAddr, uint64(m.Len), access)
 		if err == nil {
 			if span, ok := l.arenaSpanLocked(e, ri, m.RAddr, m.Len); ok {
+				// A transfer of bigcopy.Min bytes or more is copied, piece
+				// by piece, as runtime.memmove copies one such block.
+				cp := copyFn
+				if m.Len >= bigcopy.Min {
+					cp = bigcopy.Copy
+				}
 				if write {
 					for _, s := range m.Segments() {
-						span = span[copy(span, s):]
+						span = span[cp(span, s):]
 					}
 				} else {
 					for _, s := range m.Segments() {
-						span = span[copy(s, span):]
+						span = span[cp(s, span):]
 					}
 				}
 				l.st.shared.Add(1)
@@ -404,6 +411,9 @@ func (l *link) pumpLocked() bool {
 	}
 	return progress
 }
+
+// copyFn is copy() as a function value.
+func copyFn(dst, src []byte) int { return copy(dst, src) }
 
 // copySegs copies the bytes of segs from offset off into dst, as many as
 // fit.
