@@ -7,8 +7,8 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/exsgo/exs/internal/bigcopy"
 
+	"github.com/exsgo/exs/internal/bigcopy"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
