@@ -106,7 +106,10 @@ const (
 	// a blocked goroutine on another CPU costs tens of microseconds.
 	WaitAdaptive WaitMode = iota + 1
 	// WaitBusyPoll never blocks: it keeps checking, yielding between
-	// checks. It keeps a CPU busy per waiting goroutine.
+	// checks. It keeps a CPU busy per waiting goroutine. A socket's
+	// connection asks its provider not to sleep either
+	// (verbs.QPConfig.BusyPoll): the same-host provider's receiver
+	// goroutine of the connection then spins too.
 	WaitBusyPoll
 	// WaitNotify blocks at once.
 	WaitNotify

@@ -50,6 +50,11 @@ func (e *Endpoint) RNR() RNRPolicy { return e.qp.cfg.RNR }
 // it.
 func (e *Endpoint) RelaxedWritePlacement() bool { return e.qp.cfg.RelaxedWritePlacement }
 
+// BusyPoll reports whether the endpoint's queue pair asks that the
+// provider's receive work never sleep (QPConfig.BusyPoll). A provider may
+// ignore it.
+func (e *Endpoint) BusyPoll() bool { return e.qp.cfg.BusyPoll }
+
 // current reports whether e is still its queue pair's connection.
 func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 

@@ -154,6 +154,20 @@ type QPConfig struct {
 	// it). The conformance suite (package verbstest) runs the tests that
 	// depend on it both ways.
 	RelaxedWritePlacement bool
+	// BusyPoll asks a provider that does a connection's receive work on a
+	// goroutine of its own never to put that goroutine to sleep: it keeps
+	// checking for work, yielding the processor between checks, for as
+	// long as the connection lasts, as an application that busy-polls its
+	// CQ keeps checking. A provider that sleeps after a spin time wakes
+	// through the kernel (a futex), tens of microseconds and more on a
+	// loaded machine; with one P per process the sleeping goroutine also
+	// holds its process's only P until the runtime takes it back, so a
+	// busy-polled connection whose round trip came to exceed the spin time
+	// once went on paying a wake-up on each side for every message. It
+	// costs a CPU only where the application already spins on one (its
+	// other goroutines share the P). The same-host provider honours it;
+	// a provider without such a goroutine ignores it.
+	BusyPoll bool
 }
 
 // QP is a reliable-connected queue pair: a send queue and a receive queue

@@ -5,8 +5,10 @@ package shm_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/exsgo/exs/exs"
+	"github.com/exsgo/exs/verbs/shm"
 )
 
 // TestStackAlloc checks that a stack whose same-host provider offers the
@@ -41,5 +43,90 @@ func TestStackAlloc(t *testing.T) {
 	}
 	if _, err := st.Alloc(0); !errors.Is(err, exs.ErrInvalid) {
 		t.Errorf("Alloc(0) = %v, want ErrInvalid", err)
+	}
+}
+
+// TestStackBusyPoll checks that the same-host provider's receivers of a
+// busy-polling socket's connection never sleep (exs sets
+// verbs.QPConfig.BusyPoll), while those of a socket in another wait mode
+// do once their rings are empty (a spin time of zero here).
+func TestStackBusyPoll(t *testing.T) {
+	for _, tc := range []struct {
+		wait       exs.WaitMode
+		wantSleeps bool
+	}{
+		{exs.WaitBusyPoll, false},
+		{exs.WaitAdaptive, true},
+		{exs.WaitNotify, true},
+	} {
+		t.Run(tc.wait.String(), func(t *testing.T) {
+			p := newProvider(shm.WithSpin(0))
+			st, err := exs.NewStack(exs.WithProvider("shm", p), exs.WithWaitMode(tc.wait))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			q, err := st.Qcreate(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := "shm:" + sockDir(t) + "/s"
+			ln, err := st.Socket(exs.SockStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ln.Bind(addr); err != nil {
+				t.Fatal(err)
+			}
+			if err := ln.Listen(0); err != nil {
+				t.Fatal(err)
+			}
+			if err := ln.Accept(q, nil); err != nil {
+				t.Fatal(err)
+			}
+			c, err := st.Socket(exs.SockStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Connect(q, addr, nil); err != nil {
+				t.Fatal(err)
+			}
+			msg, got := []byte("ping"), make([]byte, 4)
+			if err := c.Send(q, msg, nil, 0, nil); err != nil {
+				t.Fatal(err)
+			}
+			evs := make([]exs.Event, 4)
+			for recvd := false; !recvd; {
+				n, err := q.Dequeue(evs, 1, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ev := range evs[:n] {
+					if ev.Err != nil {
+						t.Fatalf("%v: %v", ev.Type, ev.Err)
+					}
+					switch ev.Type {
+					case exs.EventAccept:
+						if err := ev.Accepted.Recv(q, got, nil, exs.MsgWaitAll, nil); err != nil {
+							t.Fatal(err)
+						}
+					case exs.EventRecv:
+						recvd = true
+					}
+				}
+			}
+			// Both links' receivers have had time to sleep after the
+			// message; give them some more.
+			time.Sleep(20 * time.Millisecond)
+			stats := p.Stats()
+			if len(stats) != 2 {
+				t.Fatalf("Stats = %+v, want two connection ends", stats)
+			}
+			for _, s := range stats {
+				if slept := s.Sleeps > 0; slept != tc.wantSleeps {
+					t.Errorf("connection %d: receiver slept %d times, want sleeps %v", s.QPNum, s.Sleeps, tc.wantSleeps)
+				}
+			}
+		})
 	}
 }

@@ -47,6 +47,7 @@ type link struct {
 	cmaErr  string          // why not, if it does not
 	peerRNR verbs.RNRPolicy // the peer queue pair's policy, applied here
 	relaxed bool            // the queue pair's RelaxedWritePlacement
+	busy    bool            // the queue pair's BusyPoll: the receiver never sleeps
 	conn    *net.UnixConn
 	m       []byte
 	me      *sideBlock
@@ -172,7 +173,7 @@ func newLink(p *Provider, side int, m []byte, lo layout, conn *net.UnixConn) *li
 // setEndpoint records the queue pair's end of the connection and what the
 // link takes from its configuration.
 func (l *link) setEndpoint(ep *verbs.Endpoint) {
-	l.ep, l.pd, l.relaxed = ep, ep.PD(), ep.RelaxedWritePlacement()
+	l.ep, l.pd, l.relaxed, l.busy = ep, ep.PD(), ep.RelaxedWritePlacement(), ep.BusyPoll()
 }
 
 // Peer returns the ends' addresses and the peer process's credentials,

@@ -29,7 +29,8 @@
 //
 // Each side runs one receiver goroutine per connection, which spins
 // briefly on empty rings and then sleeps on a futex in the shared mapping
-// that the peer wakes only when the receiver said it sleeps; one
+// that the peer wakes only when the receiver said it sleeps (for a queue
+// pair created with verbs.QPConfig.BusyPoll, it spins and never sleeps); one
 // goroutine that reads the socket, to learn at once that the peer closed
 // the connection or died; and, with cross-memory attach, one that waits on
 // a pidfd of the peer process, so that no process_vm_writev goes to
@@ -163,7 +164,9 @@ func WithDirectMin(n int) Option {
 }
 
 // WithSpin sets how long a receiver spins before it sleeps (default
-// DefaultSpin). Zero makes it sleep at once; negative is invalid.
+// DefaultSpin). Zero makes it sleep at once; negative is invalid. The
+// receiver of a queue pair created with verbs.QPConfig.BusyPoll never
+// sleeps.
 func WithSpin(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {

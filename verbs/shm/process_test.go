@@ -339,6 +339,13 @@ func connectPair(t testing.TB, ctx context.Context, a, b verbs.Provider, addr st
 // connectPairCQ is connectPair with CQs that wait as cqOpts says.
 func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts verbs.CQOptions) (*verbs.QP, *verbs.QP) {
 	t.Helper()
+	return connectPairQP(t, ctx, a, b, addr, cqOpts, verbs.QPConfig{}, verbs.QPConfig{})
+}
+
+// connectPairQP is connectPairCQ with queue pairs configured as cfgA and
+// cfgB (their CQs and depths set here).
+func connectPairQP(t testing.TB, ctx context.Context, a, b verbs.Provider, addr string, cqOpts verbs.CQOptions, cfgA, cfgB verbs.QPConfig) (*verbs.QP, *verbs.QP) {
+	t.Helper()
 	da, err := verbs.Open(a)
 	if err != nil {
 		t.Fatal(err)
@@ -354,19 +361,20 @@ func connectPairCQ(t testing.TB, ctx context.Context, a, b verbs.Provider, addr 
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	mk := func(d *verbs.Device) *verbs.QP {
+	mk := func(d *verbs.Device, cfg verbs.QPConfig) *verbs.QP {
 		pd, _ := d.AllocPD()
 		cq, err := d.CreateCQ(1024, cqOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 256, RecvDepth: 256})
+		cfg.SendCQ, cfg.RecvCQ, cfg.SendDepth, cfg.RecvDepth = cq, cq, 256, 256
+		qp, err := pd.CreateQP(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return qp
 	}
-	qa, qb := mk(da), mk(db)
+	qa, qb := mk(da, cfgA), mk(db, cfgB)
 	errc := make(chan error, 1)
 	go func() {
 		r, err := ln.Accept(ctx)

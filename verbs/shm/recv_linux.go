@@ -34,10 +34,14 @@ func (l *link) RecvPosted() {
 
 // run is the receiver: it takes records from the peer's rings and waits
 // on its bell when there are none, after spinning for the provider's spin
-// time. It alone does the receive work.
+// time, or, for a queue pair created with verbs.QPConfig.BusyPoll, spins
+// until the connection ends. It alone does the receive work.
 func (l *link) run() {
 	defer l.exit()
 	sp := spin.For(l.p.opts.spin)
+	if l.busy {
+		sp = spin.Spin{} // no spin time and no deadline: never Block
+	}
 	for !l.stop.Load() {
 		if l.poll() {
 			sp.Reset()
