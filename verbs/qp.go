@@ -163,10 +163,11 @@ type QPConfig struct {
 	// loaded machine; with one P per process the sleeping goroutine also
 	// holds its process's only P until the runtime takes it back, so a
 	// busy-polled connection whose round trip came to exceed the spin time
-	// once went on paying a wake-up on each side for every message. It
-	// costs a CPU only where the application already spins on one (its
-	// other goroutines share the P). The same-host provider honours it;
-	// a provider without such a goroutine ignores it.
+	// once went on paying a wake-up on each side for every message. The
+	// goroutine stays runnable for the connection's life: with one P it
+	// shares the P with the application's own spinning goroutines, with
+	// more it can keep a CPU of its own busy. The same-host provider
+	// honours it; a provider without such a goroutine ignores it.
 	BusyPoll bool
 }
 
