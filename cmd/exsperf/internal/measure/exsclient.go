@@ -121,7 +121,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	}
 	t.ctl.ctx = ctx
 	req := exsRequest{request: request{Test: test, Size: p.Size, Warmup: warmup, MaxWarmup: p.MaxWarmup, Duration: d, Wait: p.Wait.String(), Verify: p.Verify, Seed: p.Seed},
-		Mode: p.Mode.String(), Sends: p.Sends, Recvs: p.Recvs, Ring: p.Ring}
+		Mode: p.Mode.String(), Sends: p.Sends, Recvs: p.Recvs, Ring: p.Ring, Reuse: p.Reuse}
 	if err := writeMsg(t.ctl, req); err != nil {
 		return exsEnd{}, err
 	}

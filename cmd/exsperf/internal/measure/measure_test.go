@@ -209,3 +209,16 @@ func TestUnits(t *testing.T) {
 		t.Errorf("link %q", s)
 	}
 }
+
+func TestParamsBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		reuse   bool
+		n, want int
+	}{
+		{false, 32, 32}, {false, 1, 1}, {true, 32, 1}, {true, 1, 1}, {true, 0, 0},
+	} {
+		if got := (Params{Reuse: tc.reuse}).Buffers(tc.n); got != tc.want {
+			t.Errorf("Params{Reuse: %v}.Buffers(%d) = %d, want %d", tc.reuse, tc.n, got, tc.want)
+		}
+	}
+}
