@@ -222,3 +222,20 @@ func TestParamsBuffers(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasureProcs(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{
+		{"", peerProcs}, {"0", 0}, {"2", 2}, {"-1", peerProcs}, {"many", peerProcs},
+	} {
+		t.Setenv(procsEnv, tc.env)
+		if got := measureProcs(); got != tc.want {
+			t.Errorf("%s=%q: %d, want %d", procsEnv, tc.env, got, tc.want)
+		}
+	}
+	if got := procsAbout(0); !strings.Contains(got, "Go's default") {
+		t.Errorf("procsAbout(0) = %q", got)
+	}
+}
