@@ -19,6 +19,11 @@ import (
 // most scatter/gather elements of one RDMA WRITE.
 const maxGather = 8
 
+// gatherSends is the most sends one transfer gathers from: small sends
+// that queue up go out as one transfer (one frame), their bytes in as many
+// WRITEs of up to maxGather entries as they need, adjacent buffers merged.
+const gatherSends = 32
+
 // ackFraction is the fraction of its stream buffer a receiver frees before
 // it ACKs (dynproto.Config.AckThreshold).
 const ackFraction = 8
@@ -211,7 +216,7 @@ func (c *conn) start(peer *hello) error {
 		PeerRecvBuffer: int(peer.ringSize),
 		Frames:         cfg.frames,
 		PeerFrames:     int(peer.frames),
-		MaxGather:      maxGather,
+		MaxGather:      gatherSends,
 		// ACK every eighth of the stream buffer rather than every half,
 		// so that the sender refills the buffer while the receiver still
 		// copies out of it (the ends work in turns with half: 9-10 against

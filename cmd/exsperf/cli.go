@@ -273,6 +273,7 @@ type streamOpts struct {
 	json             string
 	seed             int64
 	verify           bool
+	reuse            bool // one buffer for all sends, one for all recvs
 	quiet            bool
 	ucx              string // the UCX anchor: auto or off
 	neighbour        bool   // a CPU-bound process beside the run
@@ -318,6 +319,7 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	}
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
+	fs.BoolVar(&o.reuse, "reuse", false, "one buffer for every outstanding send and one for every outstanding recv, as ucx_perftest uses, instead of a buffer each (copy() anchors too); not with --verify")
 }
 
 // registerBeside registers the flags of what runs beside the measurements:
@@ -416,6 +418,9 @@ func (o *streamOpts) check(e *env) error {
 	}
 	if len(o.modes) == 0 || len(o.sizes) == 0 {
 		return usagef("no modes or no sizes")
+	}
+	if o.reuse && o.verify {
+		return usagef("--reuse with --verify: the outstanding recvs share one buffer, so their bytes cannot be checked")
 	}
 	if err := checkTCP(o.tcp); err != nil {
 		return err

@@ -94,7 +94,18 @@ func closeStream(ts *transports, bs *beside) {
 func (o *streamOpts) params() map[string]any {
 	return map[string]any{"sizes": o.sizes, "sends": o.sends, "recvs": o.recvs, "ring": o.ring,
 		"duration": o.duration.String(), "warmup": o.warmup.String(), "warmup_max": o.maxWarmup.String(), "rounds": o.rounds, "seed": o.seed,
-		"neighbour": o.neighbour}
+		"neighbour": o.neighbour, "reuse": o.reuse}
+}
+
+// reuseNote is the report's note on the buffers of a run with --reuse.
+const reuseNote = "buffers: one send buffer for every outstanding send and one recv buffer for every outstanding recv (--reuse), as ucx_perftest uses them, in the exs and TCP runs and the copy() anchors; without --reuse each outstanding operation has its own"
+
+// bufferNotes are the report's notes on the buffers.
+func (o *streamOpts) bufferNotes() []string {
+	if o.reuse {
+		return []string{reuseNote}
+	}
+	return nil
 }
 
 func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) error {
@@ -107,7 +118,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	params := o.params()
 	params["tcp_congestion_control"] = o.cc
 	rep := newReport(e, tr, nil, params)
-	rep.Notes = append(append(ts.notes, measure.CopyNote), bs.notes...)
+	rep.Notes = append(append(append(ts.notes, measure.CopyNote), bs.notes...), o.bufferNotes()...)
 	out := e.stdout
 	if o.json == "-" {
 		out = io.Discard
@@ -129,7 +140,7 @@ func runCompare(ctx context.Context, e *env, o *streamOpts, engineOnly bool) err
 	// Print the header now and rows as sizes complete.
 	cols.table().write(out)
 	points := func(size int) []measure.Point {
-		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Reuse: o.reuse, Seed: o.seed, CC: o.cc}
 		pts := measure.CopyAnchors(base)
 		if tcp != nil {
 			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})
@@ -271,7 +282,7 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	}
 	defer closeStream(ts, bs)
 	tr, tcp := ts.tr, ts.tcp
-	notes := append(ts.notes, bs.notes...)
+	notes := append(append(ts.notes, bs.notes...), o.bufferNotes()...)
 	rep := newReport(e, tr, notes, o.params())
 	out := e.stdout
 	if o.json == "-" {
@@ -288,7 +299,7 @@ func runRate(ctx context.Context, e *env, o *streamOpts) error {
 	hdr := *t
 	hdr.write(out)
 	points := func(size int) []measure.Point {
-		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+		base := measure.Params{Size: size, Sends: o.sends, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Reuse: o.reuse, Seed: o.seed, CC: o.cc}
 		var pts []measure.Point
 		if tcp != nil {
 			pts = append(pts, measure.Point{Run: measure.TCPRunName(tcp), Tr: tcp, Params: base})

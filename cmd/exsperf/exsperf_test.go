@@ -214,6 +214,30 @@ func TestRate(t *testing.T) {
 	}
 }
 
+// TestRateReuse runs rate with --reuse, as ucx_perftest uses its buffers,
+// over the default transport (a child process): the report says so.
+func TestRateReuse(t *testing.T) {
+	out := exsperf(t, append([]string{"rate"}, append(fast, "--sizes", "64", "--ucx", "off", "--reuse", "--json", "-")...)...)
+	var rep report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if rep.Params["reuse"] != true {
+		t.Errorf("params %v: want reuse true", rep.Params)
+	}
+	if !slices.Contains(rep.Notes, reuseNote) {
+		t.Errorf("no note of the reused buffers: %q", rep.Notes)
+	}
+	if len(rep.Stream) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(rep.Stream), rep.Stream)
+	}
+	for _, r := range rep.Stream {
+		if !(r.Bytes > 0) {
+			t.Errorf("row %+v moved nothing", r)
+		}
+	}
+}
+
 func TestLat(t *testing.T) {
 	out := exsperf(t, "lat", "-t", "30ms", "-w", "5ms", "-q", "--sizes", "64", "--wait", "block", "--json", "-")
 	var rep report
@@ -366,6 +390,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--transport", "carrier-pigeon"}, true, "unknown transport"},
 		{[]string{"--tcp", "udp"}, true, "--tcp"},
 		{[]string{"--sends", "0"}, true, "--sends"},
+		{[]string{"rate", "--reuse", "--verify"}, true, "--reuse with --verify"},
 		{[]string{"extra"}, true, "unknown subcommand"},
 		{[]string{"compare", "extra"}, true, "unexpected argument"},
 		{[]string{"sweep", "--figures", "7"}, true, "no figure 7"},

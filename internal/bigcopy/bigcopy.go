@@ -10,6 +10,8 @@
 // copy()), Copy is copy().
 package bigcopy
 
+import "unsafe"
+
 // Min is the total length of a transfer from which runtime.memmove uses
 // non-temporal stores for one block (memmove_amd64.s), and from which a
 // provider should copy the transfer's pieces with Copy.
@@ -19,3 +21,9 @@ const Min = 1 << 20
 // does, and returns that count. Overlapping slices are handled as copy()
 // handles them.
 func Copy(dst, src []byte) int { return bigCopy(dst, src) }
+
+// overlap reports whether a and b (both non-empty) share memory.
+func overlap(a, b []byte) bool {
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}

@@ -19,12 +19,11 @@ func bigCopy(dst, src []byte) int {
 	if n < ntMin {
 		return copy(dst, src)
 	}
-	d, s := uintptr(unsafe.Pointer(&dst[0])), uintptr(unsafe.Pointer(&src[0]))
-	if d < s+uintptr(n) && s < d+uintptr(n) {
+	if overlap(dst[:n], src[:n]) {
 		// Overlap: a forward copy is wrong for d > s.
 		return copy(dst, src)
 	}
-	head := int(-d & 15)
+	head := int(-uintptr(unsafe.Pointer(&dst[0])) & 15)
 	copy(dst[:head], src[:head])
 	body := (n - head) &^ 63
 	ntcopy(&dst[head], &src[head], uintptr(body))

@@ -4,7 +4,8 @@
 // (verbs/shm). Each checks its own condition and blocks in its own way;
 // this package decides, between two checks, how to yield the processor and
 // when the spin is over, so that the three spin alike and are tuned in one
-// place.
+// place. While the kernel keeps preempting the process (a CPU shared with
+// other work), bounded spins are cut to ContendedSpin (contention.go).
 //
 // A spin yields with runtime.Gosched between checks, so that the other
 // goroutines of its P run: with one P per process, the goroutines a wait
@@ -85,7 +86,7 @@ func (s *Spin) Next() Verdict {
 	if s.hasDeadline && !now.Before(s.deadline) {
 		return Expired
 	}
-	if s.bounded && i > 0 && (i >= s.maxIter || now.Sub(s.start) >= s.limit) {
+	if s.bounded && i > 0 && (i >= s.maxIter || now.Sub(s.start) >= limit(s.limit, now)) {
 		return Block
 	}
 	runtime.Gosched()

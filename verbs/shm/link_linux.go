@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/exsgo/exs/internal/bigcopy"
 	"github.com/exsgo/exs/verbs"
 )
 
@@ -83,6 +84,10 @@ type link struct {
 		ackID   uint32
 		ackPend bool
 		iov     iovecs // the direct path's (Transmit runs one at a time)
+		// recent remembers where the direct path's latest large WRITEs
+		// went, so that one into memory still in the cache is copied
+		// through it.
+		recent bigcopy.Recent
 		// peerArenas are the peer's shared-allocator arenas mapped here,
 		// by id: a copy into one, made under tx, never meets its
 		// unmapping.

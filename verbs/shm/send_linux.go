@@ -7,6 +7,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/exsgo/exs/internal/bigcopy"
 	"github.com/exsgo/exs/mreg"
@@ -174,9 +175,13 @@ func (l *link) directLocked(m *verbs.Message, alone bool) (bool, error) {
 		if err == nil {
 			if span, ok := l.arenaSpanLocked(e, ri, m.RAddr, m.Len); ok {
 				// A transfer of bigcopy.Min bytes or more is copied, piece
-				// by piece, as runtime.memmove copies one such block.
+				// by piece, as runtime.memmove copies one such block, with
+				// non-temporal stores, unless it is a WRITE into memory
+				// this link wrote moments before, which is in the cache.
 				cp := copyFn
-				if m.Len >= bigcopy.Min {
+				if write && m.Len > 0 {
+					cp = l.tx.recent.Copier(uintptr(unsafe.Pointer(&span[0])), int(m.Len))
+				} else if m.Len >= bigcopy.Min {
 					cp = bigcopy.Copy
 				}
 				if write {

@@ -365,8 +365,8 @@ func (mp *memPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 // sends also the sends.
 func (mp *memPair) startStream(sends bool) error {
 	a, b := mp.a, mp.b
-	a.alloc(mp.p.Sends, 1)
-	b.alloc(1, mp.p.Recvs)
+	a.alloc(mp.p.Buffers(mp.p.Sends), 1)
+	b.alloc(1, mp.p.Buffers(mp.p.Recvs))
 	a.keepSends, a.sendsWant = true, mp.p.Sends
 	b.keepRecvs, b.recvsWant = true, mp.p.Recvs
 	// The receiver is ready first, as a server that posts its recvs on

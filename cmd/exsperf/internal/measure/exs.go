@@ -231,12 +231,13 @@ func closeStack(st *exs.Stack) error {
 	return err
 }
 
-// region registers n buffers of size bytes in one handle. The memory comes
+// region registers n buffers of size bytes in one handle, of which
+// distinct (1 or n) are distinct memory, the others repeating them. The memory comes
 // from Stack.Alloc: over the same-host provider it is the provider's
 // shared memory, which the peer maps, so that its RDMA WRITEs into these
 // buffers are a plain copy. closeStack frees it.
-func (e *exsEnd) region(n, size int, access exs.Access) ([][]byte, *exs.MHandle, error) {
-	mem, err := e.st.Alloc(n * size)
+func (e *exsEnd) region(n, distinct, size int, access exs.Access) ([][]byte, *exs.MHandle, error) {
+	mem, err := e.st.Alloc(distinct * size)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -250,7 +251,8 @@ func (e *exsEnd) region(n, size int, access exs.Access) ([][]byte, *exs.MHandle,
 	}
 	bufs := make([][]byte, n)
 	for i := range bufs {
-		bufs[i] = mem[i*size : (i+1)*size : (i+1)*size]
+		j := i % distinct
+		bufs[i] = mem[j*size : (j+1)*size : (j+1)*size]
 	}
 	return bufs, mh, nil
 }
@@ -321,7 +323,7 @@ func exsDirect(s0, s1 exs.Stats) Result {
 // until the stream ends or breaks (then it returns nil).
 func (e *exsEnd) receiver(ctx context.Context, win *window, mark func(edge int, bytes int64) bool) error {
 	p := e.p
-	rbufs, rmh, err := e.region(p.Recvs, p.Size, exs.AccessWrite)
+	rbufs, rmh, err := e.region(p.Recvs, p.Buffers(p.Recvs), p.Size, exs.AccessWrite)
 	if err != nil {
 		return err
 	}
@@ -414,7 +416,7 @@ func (s *asyncSender) end(st *exs.Stack) error {
 // stop are the end of the measurement, not failures.
 func (e *exsEnd) sender(stop *atomic.Bool, sent *atomic.Int64) error {
 	p := e.p
-	bufs, mh, err := e.region(p.Sends, p.Size, exs.AccessRead)
+	bufs, mh, err := e.region(p.Sends, p.Buffers(p.Sends), p.Size, exs.AccessRead)
 	if err != nil {
 		if stop.Load() {
 			return nil // the receiver ended before the sender started
@@ -503,7 +505,7 @@ func (xp *exsPair) PingPong(ctx context.Context, warmup, d time.Duration, w Wait
 // for d, and returns the round trips of the measured interval.
 func (e *exsEnd) ping(ctx context.Context, warmup, d time.Duration) ([]time.Duration, error) {
 	size := e.p.Size
-	cb, cmh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
+	cb, cmh, err := e.region(2, 2, size, exs.AccessRead|exs.AccessWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +547,7 @@ func (e *exsEnd) ping(ctx context.Context, warmup, d time.Duration) ([]time.Dura
 func (e *exsEnd) echo(stop *atomic.Bool, endOK bool) error {
 	stopped := func() bool { return endOK || stop.Load() }
 	size := e.p.Size
-	bufs, mh, err := e.region(2, size, exs.AccessRead|exs.AccessWrite)
+	bufs, mh, err := e.region(2, 2, size, exs.AccessRead|exs.AccessWrite)
 	if err == nil {
 		err = e.s.Recv(e.q, bufs[0], mh, exs.MsgWaitAll, nil)
 	}

@@ -121,7 +121,7 @@ func (np *exsNetPair) start(ctx context.Context, test string, warmup, d time.Dur
 	}
 	t.ctl.ctx = ctx
 	req := exsRequest{request: request{Test: test, Size: p.Size, Warmup: warmup, MaxWarmup: p.MaxWarmup, Duration: d, Wait: p.Wait.String(), Verify: p.Verify, Seed: p.Seed},
-		Mode: p.Mode.String(), Sends: p.Sends, Recvs: p.Recvs, Ring: p.Ring}
+		Mode: p.Mode.String(), Sends: p.Sends, Recvs: p.Recvs, Ring: p.Ring, Reuse: p.Reuse}
 	if err := writeMsg(t.ctl, req); err != nil {
 		return exsEnd{}, err
 	}
@@ -260,6 +260,28 @@ func ExsAddr(s string) (string, bool) {
 // against 31.7-31.8 with one P (exsperf compare, 2 vCPUs, runs alternated).
 const peerProcs = 1
 
+// procsEnv, set to a number, replaces peerProcs for a run: 0 keeps Go's
+// default GOMAXPROCS in both processes.
+const procsEnv = "EXSPERF_PROCS"
+
+// measureProcs is GOMAXPROCS in each process of an exs-shm or exs-tcp
+// measurement: peerProcs, or what procsEnv says.
+func measureProcs() int {
+	if v, err := strconv.Atoi(os.Getenv(procsEnv)); err == nil && v >= 0 {
+		return v
+	}
+	return peerProcs
+}
+
+// procsAbout describes GOMAXPROCS n (0: Go's default) in a transport's
+// description.
+func procsAbout(n int) string {
+	if n == 0 {
+		return "Go's default GOMAXPROCS in each process (" + procsEnv + "=0)"
+	}
+	return "GOMAXPROCS " + strconv.Itoa(n) + " in each process while it measures"
+}
+
 // exsProcTransport measures exs against a child exsperf process (the
 // hidden "peer" subcommand) over the same-host provider, on an shm:
 // address in a temporary directory. The child exits when its control
@@ -280,7 +302,7 @@ func startExsProc(ctx context.Context) (_ *exsProcTransport, err error) {
 	}
 	t := &exsProcTransport{dir: dir}
 	addr := shm.Scheme + filepath.Join(dir, "peer")
-	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); GOMAXPROCS " + strconv.Itoa(peerProcs) + " in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+	about := "exs sockets to a child exsperf process over the same-host provider (shm: a socket in a new temporary directory), exs's queue pairs with relaxed write placement; send and recv buffers and stream buffers from Stack.Alloc (the provider's shared memory); " + procsAbout(measureProcs()) + "; CPU per side: RUSAGE_SELF of each process"
 	if err := t.start(ctx, "exs-shm", about, addr, nil); err != nil {
 		return nil, err
 	}
@@ -297,7 +319,7 @@ func (t *exsProcTransport) start(ctx context.Context, name, about, addr string, 
 		}
 	}()
 	var line string
-	if t.peer, line, err = startPeerVia(ctx, via, "peer", "--listen", addr, "--procs", strconv.Itoa(peerProcs)); err != nil {
+	if t.peer, line, err = startPeerVia(ctx, via, "peer", "--listen", addr, "--procs", strconv.Itoa(measureProcs())); err != nil {
 		return err
 	}
 	want, _ := ExsAddr(addr)
@@ -308,7 +330,7 @@ func (t *exsProcTransport) start(ctx context.Context, name, about, addr string, 
 	if t.ExsClient, err = dialExs(ctx, name, about, got); err != nil {
 		return err
 	}
-	t.procs = peerProcs
+	t.procs = measureProcs()
 	return nil
 }
 

@@ -45,6 +45,7 @@ type exsRequest struct {
 	Sends int    `json:"sends"`
 	Recvs int    `json:"recvs"`
 	Ring  int    `json:"ring"`
+	Reuse bool   `json:"reuse,omitempty"`
 }
 
 // exsReply answers a request: first with the data address, then (stream)
@@ -329,6 +330,6 @@ func (req exsRequest) params() (Params, WaitMode, error) {
 			return Params{}, 0, fmt.Errorf("bad wait mode %q", req.Wait)
 		}
 	}
-	p := Params{Mode: ms[0], Size: req.Size, Sends: req.Sends, Recvs: req.Recvs, Ring: req.Ring, Verify: req.Verify, Seed: req.Seed, Wait: w, MaxWarmup: req.MaxWarmup}
+	p := Params{Mode: ms[0], Size: req.Size, Sends: req.Sends, Recvs: req.Recvs, Ring: req.Ring, Verify: req.Verify, Reuse: req.Reuse, Seed: req.Seed, Wait: w, MaxWarmup: req.MaxWarmup}
 	return p, w, nil
 }

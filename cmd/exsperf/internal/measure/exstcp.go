@@ -19,8 +19,8 @@ import (
 // address is.
 func tcpAbout(where string) string {
 	return "exs sockets to a child exsperf process over the TCP provider (iWARP over TCP, CRC32c on, the system's congestion control, " +
-		SystemCongestion() + " here), " + where + "; GOMAXPROCS " + strconv.Itoa(peerProcs) +
-		" in each process while it measures; CPU per side: RUSAGE_SELF of each process"
+		SystemCongestion() + " here), " + where + "; " + procsAbout(measureProcs()) +
+		"; CPU per side: RUSAGE_SELF of each process"
 }
 
 // startExsTCP starts a child on loopback and connects to it.

@@ -60,9 +60,13 @@ type Params struct {
 	// AdvertsFirst (with Link) starts the sender once the receiver's first
 	// ADVERTs have arrived, instead of together with the receiver.
 	AdvertsFirst bool
-	Verify       bool   // check every received byte
-	Seed         int64  // payload pattern
-	CC           string // TCP congestion control ("" for the system's)
+	Verify       bool // check every received byte
+	// Reuse gives every outstanding send one buffer and every outstanding
+	// recv one buffer, as ucx_perftest does, instead of a buffer each: the
+	// memory a stream touches then fits in the caches. Not with Verify.
+	Reuse bool
+	Seed  int64  // payload pattern
+	CC    string // TCP congestion control ("" for the system's)
 	// Wait is how the sides of a transport with threads wait (0: the
 	// transport's default); PingPong must be asked for the same.
 	Wait WaitMode
@@ -70,6 +74,15 @@ type Params struct {
 	// minimum: the stream warms up until its rate is steady (window), for
 	// at most MaxWarmup.
 	MaxWarmup time.Duration
+}
+
+// Buffers is how many distinct buffers n outstanding operations use: n,
+// or 1 with Reuse.
+func (p Params) Buffers(n int) int {
+	if p.Reuse {
+		return min(n, 1)
+	}
+	return n
 }
 
 // Result is what a stream measurement saw during its measured interval.

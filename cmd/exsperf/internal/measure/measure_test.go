@@ -209,3 +209,33 @@ func TestUnits(t *testing.T) {
 		t.Errorf("link %q", s)
 	}
 }
+
+func TestParamsBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		reuse   bool
+		n, want int
+	}{
+		{false, 32, 32}, {false, 1, 1}, {true, 32, 1}, {true, 1, 1}, {true, 0, 0},
+	} {
+		if got := (Params{Reuse: tc.reuse}).Buffers(tc.n); got != tc.want {
+			t.Errorf("Params{Reuse: %v}.Buffers(%d) = %d, want %d", tc.reuse, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestMeasureProcs(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{
+		{"", peerProcs}, {"0", 0}, {"2", 2}, {"-1", peerProcs}, {"many", peerProcs},
+	} {
+		t.Setenv(procsEnv, tc.env)
+		if got := measureProcs(); got != tc.want {
+			t.Errorf("%s=%q: %d, want %d", procsEnv, tc.env, got, tc.want)
+		}
+	}
+	if got := procsAbout(0); !strings.Contains(got, "Go's default") {
+		t.Errorf("procsAbout(0) = %q", got)
+	}
+}

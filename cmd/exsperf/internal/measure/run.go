@@ -48,9 +48,9 @@ func Measure(ctx context.Context, pt Point, warmup, d time.Duration) (Result, er
 	if pt.Tr == nil {
 		win := newWindow(warmup, pt.Params.MaxWarmup, d)
 		if pt.Cross {
-			return crossCopyAnchor(ctx, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, win)
+			return crossCopyAnchor(ctx, pt.Params.Size, pt.Params.Buffers(pt.Params.Sends), pt.Params.Buffers(pt.Params.Recvs), pt.Params.Ring, win)
 		}
-		return copyAnchor(ctx, pt.Copies, pt.Params.Size, pt.Params.Sends, pt.Params.Recvs, pt.Params.Ring, win)
+		return copyAnchor(ctx, pt.Copies, pt.Params.Size, pt.Params.Buffers(pt.Params.Sends), pt.Params.Buffers(pt.Params.Recvs), pt.Params.Ring, win)
 	}
 	pr, err := pt.Tr.Open(ctx, pt.Params)
 	if err != nil {

@@ -100,7 +100,7 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 		defer wg.Done()
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		bufs := makeBufs(tp.p.Sends, tp.p.Size)
+		bufs := makeBufs(tp.p.Buffers(tp.p.Sends), tp.p.Size)
 		seen := int32(0)
 		var msgs int64
 		for i := 0; ; i++ {
