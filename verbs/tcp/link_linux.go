@@ -84,7 +84,11 @@ type txItem struct {
 //     sending, send_linux.go), the records of messages in flight, and the
 //     link's end (teardown_linux.go); cond (on mu) is broadcast when FPDUs
 //     are written, when the receiver stops reading into a message's
-//     memory, and when the link ends;
+//     memory, and when the link ends; wcond (on mu), the writer
+//     goroutine's alone, is signalled when the socket took not all that
+//     was queued, when the first FPDU lifts the gate, and when writing
+//     fails or is to end (a cond of its own, so that the broadcasts of
+//     every payload read do not wake the writer);
 //   - linkRx, the receiver goroutine's alone (run, and the calls into the
 //     endpoint it makes: receiving, recv_linux.go, and payload I/O,
 //     payload_linux.go): the decoder and the state of the message being
@@ -103,8 +107,9 @@ type link struct {
 	recvPosted chan struct{} // cap 1
 	termC      chan struct{} // closed by Terminate
 
-	mu   sync.Mutex
-	cond *sync.Cond
+	mu    sync.Mutex
+	cond  *sync.Cond
+	wcond *sync.Cond // the writer's: blocked, gated, finish, txErr
 	linkTx
 	linkRx
 }
@@ -196,6 +201,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 		},
 	}
 	l.cond = sync.NewCond(&l.mu)
+	l.wcond = sync.NewCond(&l.mu)
 	r, err := newSockReader(c)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)

@@ -215,13 +215,14 @@ func (l *link) flushLocked() {
 		if err == errWouldBlock {
 			if !l.blocked {
 				l.blocked = true
-				l.cond.Broadcast()
+				l.wcond.Signal()
 			}
 			return
 		}
 		if err != nil {
 			l.txErr = err
 			l.cond.Broadcast()
+			l.wcond.Signal()
 			return
 		}
 		l.advanceLocked(n)
@@ -283,7 +284,7 @@ func (l *link) writer() {
 	for {
 		l.mu.Lock()
 		for !(l.blocked && !l.gated) && !l.finish && l.txErr == nil {
-			l.cond.Wait()
+			l.wcond.Wait()
 		}
 		if l.txErr != nil || err != nil {
 			l.mu.Unlock()
