@@ -99,7 +99,7 @@ type link struct {
 	fd    int
 	ep    *verbs.Endpoint
 	crc   bool
-	pay   [2]int // payload bytes per FPDU: tagged, untagged
+	pay   [2]int // payload bytes per FPDU: tagged, untagged (under mu)
 	addrs verbs.Peer
 
 	done       chan struct{} // closed once the socket is closed
@@ -126,9 +126,11 @@ type linkTx struct {
 	blocked     bool // the socket took not everything: the writer waits for room
 	finish      bool // the writer writes what is left, then shuts writing down
 	txErr       error
-	respPending int  // READ responses with data not yet written
-	ctlQueued   int  // control FPDUs queued
-	ctlHeld     bool // control FPDUs wait for the receiver to be idle
+	mssAuto     bool      // pay follows the connection's MSS (no WithSegmentSize)
+	mssNext     time.Time // when Transmit may read the MSS again
+	respPending int       // READ responses with data not yet written
+	ctlQueued   int       // control FPDUs queued
+	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
 
 	// The messages in flight.
 	sendMSN uint32 // next QN 0 MSN
@@ -175,12 +177,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	c.SetNoDelay(true)
 	ulpdu := p.opts.segment
 	if ulpdu == 0 {
-		// RFC 5044's MULPDU without markers: an FPDU (length, ULPDU,
-		// padding, CRC) fits the segment.
-		ulpdu = maxULPDU
-		if mss := maxSegment(fd); mss > 0 {
-			ulpdu = min(max((mss-8)&^3+2, 256), maxULPDU)
-		}
+		ulpdu = ulpduOf(maxSegment(fd))
 	}
 	l := &link{
 		p:          p,
@@ -194,7 +191,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 		writerDone: make(chan struct{}),
 		recvPosted: make(chan struct{}, 1),
 		termC:      make(chan struct{}),
-		linkTx:     linkTx{gated: passive, sendMSN: 1, readMSN: 1},
+		linkTx:     linkTx{gated: passive, sendMSN: 1, readMSN: 1, mssAuto: p.opts.segment == 0},
 		linkRx: linkRx{
 			expMSN:  [3]uint32{1, 1, 1},
 			peerRNR: verbs.RNRFail, // iWARP's own rule, until the peer says otherwise
@@ -231,6 +228,43 @@ func (l *link) start() {
 	l.mu.Lock()
 	l.flushLocked()
 	l.mu.Unlock()
+}
+
+// ulpduOf returns the largest ULPDU for a connection whose maximum
+// segment size is mss (RFC 5044's MULPDU without markers: an FPDU, its
+// length, ULPDU, padding and CRC, fits one segment), maxULPDU if mss is
+// not known.
+func ulpduOf(mss int) int {
+	if mss <= 0 {
+		return maxULPDU
+	}
+	return min(max((mss-8)&^3+2, 256), maxULPDU)
+}
+
+// mssRecheck is how often, at most, Transmit reads the connection's
+// maximum segment size again before a message of several FPDUs.
+const mssRecheck = time.Millisecond
+
+// followMSSLocked sets the payload per FPDU from the connection's maximum
+// segment size now, if it was last read more than mssRecheck ago. Linux
+// bounds a new connection's segments to half the largest window the
+// peer offered so far (32 KiB on loopback, against 64 KiB once the
+// window grew), and the path's MTU may change later: FPDUs as large as
+// the segments the connection sends now take half the system calls of
+// both sides per byte.
+func (l *link) followMSSLocked() {
+	if !l.mssAuto {
+		return
+	}
+	now := time.Now()
+	if now.Before(l.mssNext) {
+		return
+	}
+	l.mssNext = now.Add(mssRecheck)
+	if mss := maxSegment(l.fd); mss > 0 {
+		u := ulpduOf(mss)
+		l.pay = [2]int{u - taggedHdr, u - untaggedHdr}
+	}
 }
 
 // Peer returns the two ends' "tcp:IP:PORT" addresses. TCP tells nothing of

@@ -132,6 +132,9 @@ func (l *link) sum(s uint32, b []byte) uint32 {
 // n bytes of segs: tagged (stag, to) or untagged (qn, msn), each FPDU
 // carrying at most the link's payload size, the last with the L bit.
 func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn uint32, segs [][]byte, n int, kind uint8) {
+	if n > l.pay[1] {
+		l.followMSSLocked()
+	}
 	max := l.pay[1]
 	if tagged {
 		max = l.pay[0]
