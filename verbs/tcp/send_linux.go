@@ -199,8 +199,12 @@ func (l *link) item(kind uint8) *txItem {
 func (l *link) flushLocked() {
 	for l.qh < len(l.q) && !l.gated && l.txErr == nil {
 		bufs := l.gather[:0]
-		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov; i++ {
+		size := 0
+		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov && size < maxWrite; i++ {
 			it := l.q[i]
+			for _, b := range it.iov {
+				size += len(b)
+			}
 			if it.region != nil && len(it.iov) > 1 {
 				// The last FPDU of a READ response: its trailer goes
 				// in a write of its own, after the region's reference
