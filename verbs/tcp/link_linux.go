@@ -84,7 +84,11 @@ type txItem struct {
 //     sending, send_linux.go), the records of messages in flight, and the
 //     link's end (teardown_linux.go); cond (on mu) is broadcast when FPDUs
 //     are written, when the receiver stops reading into a message's
-//     memory, and when the link ends;
+//     memory, and when the link ends; wcond (on mu), the writer
+//     goroutine's alone, is signalled when the socket took not all that
+//     was queued, when the first FPDU lifts the gate, and when writing
+//     fails or is to end (a cond of its own, so that the broadcasts of
+//     every payload read do not wake the writer);
 //   - linkRx, the receiver goroutine's alone (run, and the calls into the
 //     endpoint it makes: receiving, recv_linux.go, and payload I/O,
 //     payload_linux.go): the decoder and the state of the message being
@@ -95,7 +99,7 @@ type link struct {
 	fd    int
 	ep    *verbs.Endpoint
 	crc   bool
-	pay   [2]int // payload bytes per FPDU: tagged, untagged
+	pay   [2]int // payload bytes per FPDU: tagged, untagged (under mu)
 	addrs verbs.Peer
 
 	done       chan struct{} // closed once the socket is closed
@@ -103,8 +107,9 @@ type link struct {
 	recvPosted chan struct{} // cap 1
 	termC      chan struct{} // closed by Terminate
 
-	mu   sync.Mutex
-	cond *sync.Cond
+	mu    sync.Mutex
+	cond  *sync.Cond
+	wcond *sync.Cond // the writer's: blocked, gated, finish, txErr
 	linkTx
 	linkRx
 }
@@ -121,9 +126,11 @@ type linkTx struct {
 	blocked     bool // the socket took not everything: the writer waits for room
 	finish      bool // the writer writes what is left, then shuts writing down
 	txErr       error
-	respPending int  // READ responses with data not yet written
-	ctlQueued   int  // control FPDUs queued
-	ctlHeld     bool // control FPDUs wait for the receiver to be idle
+	mssAuto     bool      // pay follows the connection's MSS (no WithSegmentSize)
+	mssNext     time.Time // when Transmit may read the MSS again
+	respPending int       // READ responses with data not yet written
+	ctlQueued   int       // control FPDUs queued
+	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
 
 	// The messages in flight.
 	sendMSN uint32 // next QN 0 MSN
@@ -170,12 +177,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	c.SetNoDelay(true)
 	ulpdu := p.opts.segment
 	if ulpdu == 0 {
-		// RFC 5044's MULPDU without markers: an FPDU (length, ULPDU,
-		// padding, CRC) fits the segment.
-		ulpdu = maxULPDU
-		if mss := maxSegment(fd); mss > 0 {
-			ulpdu = min(max((mss-8)&^3+2, 256), maxULPDU)
-		}
+		ulpdu = ulpduOf(maxSegment(fd))
 	}
 	l := &link{
 		p:          p,
@@ -189,13 +191,14 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 		writerDone: make(chan struct{}),
 		recvPosted: make(chan struct{}, 1),
 		termC:      make(chan struct{}),
-		linkTx:     linkTx{gated: passive, sendMSN: 1, readMSN: 1},
+		linkTx:     linkTx{gated: passive, sendMSN: 1, readMSN: 1, mssAuto: p.opts.segment == 0},
 		linkRx: linkRx{
 			expMSN:  [3]uint32{1, 1, 1},
 			peerRNR: verbs.RNRFail, // iWARP's own rule, until the peer says otherwise
 		},
 	}
 	l.cond = sync.NewCond(&l.mu)
+	l.wcond = sync.NewCond(&l.mu)
 	r, err := newSockReader(c)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
@@ -225,6 +228,43 @@ func (l *link) start() {
 	l.mu.Lock()
 	l.flushLocked()
 	l.mu.Unlock()
+}
+
+// ulpduOf returns the largest ULPDU for a connection whose maximum
+// segment size is mss (RFC 5044's MULPDU without markers: an FPDU, its
+// length, ULPDU, padding and CRC, fits one segment), maxULPDU if mss is
+// not known.
+func ulpduOf(mss int) int {
+	if mss <= 0 {
+		return maxULPDU
+	}
+	return min(max((mss-8)&^3+2, 256), maxULPDU)
+}
+
+// mssRecheck is how often, at most, Transmit reads the connection's
+// maximum segment size again before a message of several FPDUs.
+const mssRecheck = time.Millisecond
+
+// followMSSLocked sets the payload per FPDU from the connection's maximum
+// segment size now, if it was last read more than mssRecheck ago. Linux
+// bounds a new connection's segments to half the largest window the
+// peer offered so far (32 KiB on loopback, against 64 KiB once the
+// window grew), and the path's MTU may change later: FPDUs as large as
+// the segments the connection sends now take half the system calls of
+// both sides per byte.
+func (l *link) followMSSLocked() {
+	if !l.mssAuto {
+		return
+	}
+	now := time.Now()
+	if now.Before(l.mssNext) {
+		return
+	}
+	l.mssNext = now.Add(mssRecheck)
+	if mss := maxSegment(l.fd); mss > 0 {
+		u := ulpduOf(mss)
+		l.pay = [2]int{u - taggedHdr, u - untaggedHdr}
+	}
 }
 
 // Peer returns the two ends' "tcp:IP:PORT" addresses. TCP tells nothing of

@@ -44,6 +44,7 @@ func (l *link) run() {
 			l.gated = false
 			l.flushLocked()
 			l.cond.Broadcast()
+			l.wcond.Signal()
 			l.mu.Unlock()
 		}
 		if !l.frame(h) {

@@ -132,6 +132,9 @@ func (l *link) sum(s uint32, b []byte) uint32 {
 // n bytes of segs: tagged (stag, to) or untagged (qn, msn), each FPDU
 // carrying at most the link's payload size, the last with the L bit.
 func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn uint32, segs [][]byte, n int, kind uint8) {
+	if n > l.pay[1] {
+		l.followMSSLocked()
+	}
 	max := l.pay[1]
 	if tagged {
 		max = l.pay[0]
@@ -196,8 +199,12 @@ func (l *link) item(kind uint8) *txItem {
 func (l *link) flushLocked() {
 	for l.qh < len(l.q) && !l.gated && l.txErr == nil {
 		bufs := l.gather[:0]
-		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov; i++ {
+		size := 0
+		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov && size < maxWrite; i++ {
 			it := l.q[i]
+			for _, b := range it.iov {
+				size += len(b)
+			}
 			if it.region != nil && len(it.iov) > 1 {
 				// The last FPDU of a READ response: its trailer goes
 				// in a write of its own, after the region's reference
@@ -215,13 +222,14 @@ func (l *link) flushLocked() {
 		if err == errWouldBlock {
 			if !l.blocked {
 				l.blocked = true
-				l.cond.Broadcast()
+				l.wcond.Signal()
 			}
 			return
 		}
 		if err != nil {
 			l.txErr = err
 			l.cond.Broadcast()
+			l.wcond.Signal()
 			return
 		}
 		l.advanceLocked(n)
@@ -283,7 +291,7 @@ func (l *link) writer() {
 	for {
 		l.mu.Lock()
 		for !(l.blocked && !l.gated) && !l.finish && l.txErr == nil {
-			l.cond.Wait()
+			l.wcond.Wait()
 		}
 		if l.txErr != nil || err != nil {
 			l.mu.Unlock()

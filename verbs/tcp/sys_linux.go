@@ -34,6 +34,14 @@ type iovecs struct{ v []unix.Iovec }
 // maxIov is the most buffers one writev takes (IOV_MAX).
 const maxIov = 1024
 
+// maxWrite is about the most bytes one writev takes (it ends with the
+// FPDU that reaches it). Linux's tcp_sendmsg sends a write's segments as
+// they fill only while none is held back (by pacing, or the window), else
+// the rest at the write's end, short of half the peer's window: a writev
+// of megabytes can leave the peer idle while it is copied, then busy
+// while the writer waits for room.
+const maxWrite = 256 << 10
+
 // writev writes bufs (at most maxIov non-empty ones) to fd without
 // blocking: it returns the bytes written, or errWouldBlock if the socket
 // took none.

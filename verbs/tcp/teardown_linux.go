@@ -359,6 +359,7 @@ func (l *link) finishRx() {
 	l.finish = true
 	l.flushLocked()
 	l.cond.Broadcast()
+	l.wcond.Signal()
 	linger := time.Now().Add(l.p.opts.linger)
 	l.c.SetWriteDeadline(linger)
 	l.c.SetReadDeadline(linger)
