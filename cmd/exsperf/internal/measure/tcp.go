@@ -174,7 +174,11 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 		return Result{}, fmt.Errorf("tcp anchor: %w", werr)
 	}
 	return Result{
-		Bytes: rm[1].bytes - rm[0].bytes, Msgs: wm[1].msgs - wm[0].msgs, Elapsed: rm[1].at.Sub(rm[0].at),
+		// The messages received in the reader's interval, as exs counts
+		// them: the writer notices the interval's edges late when a full
+		// socket blocks it, and a writer that got no CPU in a short
+		// interval would count none while the reader took bytes.
+		Bytes: rm[1].bytes - rm[0].bytes, Msgs: (rm[1].bytes - rm[0].bytes) / int64(tp.p.Size), Elapsed: rm[1].at.Sub(rm[0].at),
 		CPUSend: cpuDelta(wm[0].thread, wm[1].thread), CPURecv: cpuDelta(rm[0].thread, rm[1].thread),
 		CPUTotal: cpuDelta(rm[0].proc, rm[1].proc),
 		Note:     "congestion control " + tp.cc,
