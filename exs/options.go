@@ -104,10 +104,10 @@ const (
 	// WaitAdaptive spins for the spin time (WithSpinTime), yielding the
 	// processor between checks, and then blocks. It is the default: waking
 	// a blocked goroutine on another CPU costs tens of microseconds. While
-	// the kernel keeps preempting the process (its CPUs shared with other
-	// work: ten or more involuntary context switches in 10 ms), the spin
-	// is cut to 5 us, so that a waiter leaves the CPU to the work it waits
-	// for.
+	// more threads are runnable than the CPUs can run (CPUs shared with
+	// other work: the kernel's count of runnable threads, averaged, is one
+	// and a half above the CPUs'), the spin is cut to 5 us, so that a
+	// waiter leaves the CPU to the work it waits for.
 	WaitAdaptive WaitMode = iota + 1
 	// WaitBusyPoll never blocks: it keeps checking, yielding between
 	// checks. It keeps a CPU busy per waiting goroutine. A socket's

@@ -1,6 +1,7 @@
 package spin
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,52 +11,58 @@ import (
 // its CPU for the whole spin time takes that time from whatever else the
 // kernel would run there, often the very peer the spin waits for, and the
 // kernel then preempts the spinner in the middle of its useful work. So
-// while the process is being preempted, spins are cut to ContendedSpin: a
-// waiter then blocks soon and is woken by the kernel, as a blocking
-// socket's reader is. The sign of contention is the kernel's count of the
-// process's involuntary context switches (getrusage), sampled by spinning
-// goroutines at most once per window.
+// while more threads are runnable than there are CPUs, spins are cut to
+// ContendedSpin: a waiter then blocks soon and is woken by the kernel, as
+// a blocking socket's reader is. The count of runnable threads is the
+// kernel's (the fourth field of /proc/loadavg, the sampler included),
+// sampled by spinning goroutines at most once per window and smoothed.
 
-// ContendedSpin is the longest spin while the process is being preempted.
+// ContendedSpin is the longest spin while the CPUs are contended.
 const ContendedSpin = 5 * time.Microsecond
 
 const (
-	// window is the shortest time over which preemptions are counted.
+	// window is the shortest time between two samples.
 	window = 10 * time.Millisecond
-	// contendedRate is the number of involuntary context switches per
-	// window from which the process counts as contended: two exs processes
-	// streaming small messages on two otherwise idle vCPUs saw 350-430 per
-	// second, with a CPU-bound process beside them 1,600-2,000.
-	contendedRate = 10
-	// hold is how long the process counts as contended after a window
-	// with that many.
+	// hold is how long the CPUs count as contended after a sample that
+	// found them so.
 	hold = 100 * time.Millisecond
+	// smooth is the weight of the past in the running average: each
+	// sample counts for 1/smooth.
+	smooth = 4
+	// fixed is the running average's scale (fixed point).
+	fixed = 16
 )
+
+// limitRunnable is the running average of runnable threads (sampler
+// included, times fixed) above which the CPUs count as contended: one and
+// a half more than there are CPUs. Two exs processes streaming 64-byte
+// messages on an otherwise idle 2-vCPU machine averaged 2.9 (samples of
+// 1-5), with a CPU-bound process beside them 4.5 (4-6).
+var limitRunnable = int64(runtime.NumCPU())*fixed + fixed*3/2
 
 // epoch is the origin of the detector's times (monotonic).
 var epoch = time.Now()
 
-// detector decides from samples of the preemption count whether the
-// process is contended. It is shared by the process's spinning goroutines.
+// detector decides from samples of the runnable count whether the CPUs
+// are contended. It is shared by the process's spinning goroutines.
 type detector struct {
 	next  atomic.Int64 // time from which the next sample is due
 	until atomic.Int64 // contended before this time
-	mu    sync.Mutex   // the sampler; TryLock, so that spinners never wait
-	start int64        // the window's start, under mu
-	count int64        // the preemption count at start, under mu
-	valid bool         // start and count are set, under mu
 	n     atomic.Uint64
+	mu    sync.Mutex // the sampler; TryLock, so that spinners never wait
+	avg   int64      // running average of the samples, times fixed, under mu
+	valid bool       // avg holds a sample, under mu
 }
 
-// contended reports whether the process counts as contended at now.
+// contended reports whether the CPUs count as contended at now.
 func (d *detector) contended(now int64) bool { return now < d.until.Load() }
 
 // due reports whether a sample is due at now.
 func (d *detector) due(now int64) bool { return now >= d.next.Load() }
 
-// observe takes a sample, count preemptions so far at now, if no other
+// observe takes a sample, runnable threads at now, unless another
 // goroutine is taking one.
-func (d *detector) observe(now, count int64) {
+func (d *detector) observe(now, runnable int64) {
 	if !d.mu.TryLock() {
 		return
 	}
@@ -64,32 +71,29 @@ func (d *detector) observe(now, count int64) {
 		return
 	}
 	d.next.Store(now + int64(window))
-	if d.valid {
-		elapsed := now - d.start
-		if elapsed <= 0 {
-			return
-		}
-		// Preemptions per window, over however long the samples are apart.
-		if (count-d.count)*int64(window) >= contendedRate*elapsed {
-			if d.until.Load() <= now {
-				d.n.Add(1)
-			}
-			d.until.Store(now + int64(hold))
-		}
+	if !d.valid {
+		d.avg, d.valid = runnable*fixed, true
+	} else {
+		d.avg = (d.avg*(smooth-1) + runnable*fixed) / smooth
 	}
-	d.start, d.count, d.valid = now, count, true
+	if d.avg > limitRunnable {
+		if d.until.Load() <= now {
+			d.n.Add(1)
+		}
+		d.until.Store(now + int64(hold))
+	}
 }
 
 // proc is the process's detector.
 var proc detector
 
-// limit is the spin time for a spin of d at now, sampling the preemption
+// limit is the spin time for a spin of d at now, sampling the runnable
 // count if a sample is due.
 func limit(d time.Duration, now time.Time) time.Duration {
 	t := int64(now.Sub(epoch))
 	if proc.due(t) {
-		if c, ok := preemptions(); ok {
-			proc.observe(t, c)
+		if r, ok := runnable(); ok {
+			proc.observe(t, r)
 		}
 	}
 	if d > ContendedSpin && proc.contended(t) {
@@ -98,6 +102,6 @@ func limit(d time.Duration, now time.Time) time.Duration {
 	return d
 }
 
-// Contentions is how many times spins were cut since the process started:
-// the windows in which it began to count as contended.
+// Contentions is how many times spins began to be cut since the process
+// started.
 func Contentions() uint64 { return proc.n.Load() }

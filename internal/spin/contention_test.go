@@ -1,6 +1,7 @@
 package spin
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -9,30 +10,29 @@ import (
 
 func TestDetector(t *testing.T) {
 	ms := int64(time.Millisecond)
-	type sample struct{ at, count int64 } // at in ms
+	cpus := int64(runtime.NumCPU())
+	busy, idle := cpus+3, cpus               // runnable threads, the sampler included
+	type sample struct{ at, runnable int64 } // at in ms
 	for _, tc := range []struct {
 		name    string
 		samples []sample
-		// contended at these times (ms) after the samples
-		probe []int64
-		want  []bool
-		n     uint64
+		probe   []int64 // contended at these times (ms) after the samples?
+		want    []bool
+		n       uint64
 	}{
 		{"no samples", nil, []int64{0, 50}, []bool{false, false}, 0},
-		{"one sample sets the origin only", []sample{{0, 1000}}, []int64{1}, []bool{false}, 0},
-		{"quiet: 9 per window", []sample{{0, 0}, {10, 9}, {20, 18}}, []int64{21}, []bool{false}, 0},
-		{"contended: 10 per window, held 100 ms", []sample{{0, 0}, {10, 10}}, []int64{11, 109, 110, 200}, []bool{true, true, false, false}, 1},
-		{"a long gap dilutes", []sample{{0, 0}, {1000, 500}}, []int64{1001}, []bool{false}, 0},
-		{"a long gap at a high rate", []sample{{0, 0}, {1000, 1000}}, []int64{1001}, []bool{true}, 1},
-		{"samples within a window are skipped", []sample{{0, 0}, {5, 100}, {10, 5}}, []int64{11}, []bool{false}, 0},
-		{"renewed while contended counts once", []sample{{0, 0}, {10, 20}, {20, 40}, {30, 60}}, []int64{129, 131}, []bool{true, false}, 1},
-		{"contended again after a quiet spell", []sample{{0, 0}, {10, 20}, {200, 21}, {210, 40}}, []int64{211}, []bool{true}, 2},
+		{"idle", []sample{{0, idle}, {10, idle}, {20, idle}}, []int64{21}, []bool{false}, 0},
+		{"a first busy sample counts", []sample{{0, busy}}, []int64{1, 99, 100}, []bool{true, true, false}, 1},
+		{"one busy sample among idle ones is smoothed away", []sample{{0, idle}, {10, idle}, {20, busy}, {30, idle}}, []int64{31}, []bool{false}, 0},
+		{"busy for a while", []sample{{0, idle}, {10, busy}, {20, busy}, {30, busy}}, []int64{31, 129, 131}, []bool{true, true, false}, 1},
+		{"samples within a window are skipped", []sample{{0, idle}, {5, 100}, {10, idle}}, []int64{11}, []bool{false}, 0},
+		{"held, then contended again", []sample{{0, busy}, {10, idle}, {200, busy}, {210, busy}, {220, busy}}, []int64{221}, []bool{true}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d detector
 			for _, s := range tc.samples {
 				if d.due(s.at * ms) {
-					d.observe(s.at*ms, s.count)
+					d.observe(s.at*ms, s.runnable)
 				}
 			}
 			var got []bool
@@ -49,7 +49,7 @@ func TestDetector(t *testing.T) {
 	}
 }
 
-// TestLimitCut checks that a contended process cuts long spins only.
+// TestLimitCut checks that contended CPUs cut long spins only.
 func TestLimitCut(t *testing.T) {
 	saved := proc.until.Load()
 	defer proc.until.Store(saved)
@@ -65,21 +65,51 @@ func TestLimitCut(t *testing.T) {
 			t.Errorf("contended: limit(%v) = %v, want %v", tc.d, got, tc.want)
 		}
 	}
-	proc.until.Store(0)
-	if got := limit(50*time.Microsecond, now); got != 50*time.Microsecond && !proc.contended(int64(now.Sub(epoch))) {
-		t.Errorf("not contended: limit(50us) = %v", got)
+}
+
+func TestParseRunnable(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0.52 0.58 0.59 3/245 12345\n", 3, true},
+		{"12.00 8.10 4.00 17/1024 1\n", 17, true},
+		{"0.00 0.00 0.00 0/1 1", 0, true},
+		{"0.52 0.58 0.59 /245 12345", 0, false},
+		{"0.52 0.58 0.59 3", 0, false},
+		{"0.52 0.58 3/245", 0, false},
+		{"", 0, false},
+		{"0.1 0.1 0.1 9999999999/1 1", 0, false},
+	} {
+		v, ok := parseRunnable([]byte(tc.in))
+		if diff := cmp.Diff([2]any{tc.want, tc.ok}, [2]any{v, ok}); diff != "" {
+			t.Errorf("parseRunnable(%q) (-want +got):\n%s", tc.in, diff)
+		}
 	}
 }
 
-// TestPreemptions checks that the count can be read here and does not go
-// backwards.
-func TestPreemptions(t *testing.T) {
-	a, ok := preemptions()
+func FuzzParseRunnable(f *testing.F) {
+	f.Add([]byte("0.52 0.58 0.59 3/245 12345\n"))
+	f.Add([]byte("1 2 3 /"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if v, ok := parseRunnable(b); ok && (v < 0 || v > 999_999_999) {
+			t.Fatalf("parseRunnable(%q) = %d", b, v)
+		}
+	})
+}
+
+// TestRunnable reads the count where the system gives it: this thread,
+// running, is one.
+func TestRunnable(t *testing.T) {
+	v, ok := runnable()
 	if !ok {
-		t.Skip("no preemption count on this system")
+		if runtime.GOOS == "linux" {
+			t.Fatal("no runnable count from /proc/loadavg")
+		}
+		t.Skip("no runnable count on this system")
 	}
-	b, _ := preemptions()
-	if a < 0 || b < a {
-		t.Errorf("preemption counts %d then %d", a, b)
+	if v < 1 {
+		t.Errorf("runnable %d, want at least this thread", v)
 	}
 }

@@ -4,8 +4,8 @@
 // (verbs/shm). Each checks its own condition and blocks in its own way;
 // this package decides, between two checks, how to yield the processor and
 // when the spin is over, so that the three spin alike and are tuned in one
-// place. While the kernel keeps preempting the process (a CPU shared with
-// other work), bounded spins are cut to ContendedSpin (contention.go).
+// place. While more threads are runnable than there are CPUs (CPUs shared
+// with other work), bounded spins are cut to ContendedSpin (contention.go).
 //
 // A spin yields with runtime.Gosched between checks, so that the other
 // goroutines of its P run: with one P per process, the goroutines a wait
