@@ -60,9 +60,9 @@ func (d *detector) contended(now int64) bool { return now < d.until.Load() }
 // due reports whether a sample is due at now.
 func (d *detector) due(now int64) bool { return now >= d.next.Load() }
 
-// observe takes a sample, runnable threads at now, unless another
-// goroutine is taking one.
-func (d *detector) observe(now, runnable int64) {
+// sample takes a sample at now with read, unless another goroutine is
+// taking one or it is not due: one goroutine reads at a time.
+func (d *detector) sample(now int64, read func() (int64, bool)) {
 	if !d.mu.TryLock() {
 		return
 	}
@@ -71,6 +71,14 @@ func (d *detector) observe(now, runnable int64) {
 		return
 	}
 	d.next.Store(now + int64(window))
+	if r, ok := read(); ok {
+		d.observeLocked(now, r)
+	}
+}
+
+// observeLocked takes runnable, the runnable threads at now, into the
+// average. d.mu is held.
+func (d *detector) observeLocked(now, runnable int64) {
 	if !d.valid {
 		d.avg, d.valid = runnable*fixed, true
 	} else {
@@ -92,9 +100,7 @@ var proc detector
 func limit(d time.Duration, now time.Time) time.Duration {
 	t := int64(now.Sub(epoch))
 	if proc.due(t) {
-		if r, ok := runnable(); ok {
-			proc.observe(t, r)
-		}
+		proc.sample(t, runnable)
 	}
 	if d > ContendedSpin && proc.contended(t) {
 		return ContendedSpin

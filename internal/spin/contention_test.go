@@ -32,7 +32,7 @@ func TestDetector(t *testing.T) {
 			var d detector
 			for _, s := range tc.samples {
 				if d.due(s.at * ms) {
-					d.observe(s.at*ms, s.runnable)
+					d.sample(s.at*ms, func() (int64, bool) { return s.runnable, true })
 				}
 			}
 			var got []bool
@@ -111,5 +111,26 @@ func TestRunnable(t *testing.T) {
 	}
 	if v < 1 {
 		t.Errorf("runnable %d, want at least this thread", v)
+	}
+}
+
+// TestSampleOneAtATime checks that a sample neither reads while another
+// goroutine samples nor reads before it is due, and that a failed read
+// changes nothing.
+func TestSampleOneAtATime(t *testing.T) {
+	var d detector
+	reads := 0
+	read := func() (int64, bool) { reads++; return 1, true }
+	d.mu.Lock()
+	d.sample(0, read) // another goroutine is sampling
+	d.mu.Unlock()
+	d.sample(0, read)
+	d.sample(int64(window)-1, read) // not due
+	d.sample(int64(window), func() (int64, bool) { reads++; return 1000, false })
+	if reads != 2 {
+		t.Errorf("%d reads, want 2", reads)
+	}
+	if d.contended(int64(window)) {
+		t.Error("a failed read made the CPUs contended")
 	}
 }
