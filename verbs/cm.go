@@ -99,8 +99,10 @@ func (qp *QP) beginConnect() (*Endpoint, error) {
 		return nil, fmt.Errorf("%w: connection already in progress", ErrQPState)
 	}
 	ep := newEndpoint(qp)
+	qp.epMu.Lock()
 	qp.ep.Store(ep)
 	qp.st.Store(uint32(StateReadyToReceive))
+	qp.epMu.Unlock()
 	return ep, nil
 }
 
@@ -109,9 +111,11 @@ func (qp *QP) abortConnect(ep *Endpoint) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	ep.terminate(nil)
+	qp.epMu.Lock()
 	if qp.ep.CompareAndSwap(ep, nil) {
 		qp.st.CompareAndSwap(uint32(StateReadyToReceive), uint32(StateInit))
 	}
+	qp.epMu.Unlock()
 }
 
 // finishConnect records the link and moves the queue pair to ReadyToSend.

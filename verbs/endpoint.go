@@ -209,15 +209,25 @@ func (e *Endpoint) Retry() {
 // its work request completes with the matching status
 // (StatusRemoteAccessError, ...) rather than StatusFlushed.
 func (e *Endpoint) Terminated(cause error) {
-	if !e.current() {
-		return
-	}
 	if cause == nil {
 		cause = ErrDisconnected
 	}
 	cause = fmt.Errorf("by peer: %w", cause)
+	// Checked and acted on under epMu: an endpoint that stopped being
+	// current between the two (the queue pair was reset and connected
+	// again) would otherwise fail the new connection with its cause.
+	qp := e.qp
+	qp.epMu.Lock()
+	if !e.current() {
+		qp.epMu.Unlock()
+		return
+	}
 	e.byPeer.Store(true)
-	e.qp.fail(cause)
+	entered := qp.enterError(cause)
+	qp.epMu.Unlock()
+	if entered {
+		qp.afterError(cause)
+	}
 }
 
 // terminate ends the connection from this side, once: it marks e dead and

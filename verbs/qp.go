@@ -190,13 +190,18 @@ type QP struct {
 	st     atomic.Uint32            // State
 	closed atomic.Bool              // set under sq.mu and rq.mu
 	ep     atomic.Pointer[Endpoint] // the current connection's end, or nil
-	peer   atomic.Pointer[Peer]     // the current connection's ends, once connected
-	mu     sync.Mutex               // serializes Connect, Accept, Modify, Disconnect, Close
-	errMu  sync.Mutex               // guards cause and done
-	cause  error                    // why the QP entered Error
-	done   chan struct{}            // closed when the QP enters Error
-	sq     sendQueue
-	rq     recvQueue
+	// epMu makes a change of ep atomic with the state change that goes
+	// with it, against an endpoint's Terminated: a connection that ended
+	// must not fail the queue pair's next one. It is held for no call out
+	// of this package.
+	epMu  sync.Mutex
+	peer  atomic.Pointer[Peer] // the current connection's ends, once connected
+	mu    sync.Mutex           // serializes Connect, Accept, Modify, Disconnect, Close
+	errMu sync.Mutex           // guards cause and done
+	cause error                // why the QP entered Error
+	done  chan struct{}        // closed when the QP enters Error
+	sq    sendQueue
+	rq    recvQueue
 }
 
 // CreateQP creates a reliable-connected queue pair in the protection
@@ -469,7 +474,9 @@ func (qp *QP) Modify(to State) error {
 		qp.drainSend()
 		if ep := qp.ep.Load(); ep != nil {
 			ep.terminate(ErrDisconnected)
+			qp.epMu.Lock()
 			qp.ep.Store(nil)
+			qp.epMu.Unlock()
 		}
 		qp.errMu.Lock()
 		if from == StateError {
