@@ -14,10 +14,12 @@ const (
 	// yielding the processor with runtime.Gosched between checks, and then
 	// blocks. It is the default.
 	Adaptive WaitMode = iota + 1
-	// BusyPoll never blocks: it re-checks the queue, yielding with
-	// runtime.Gosched between checks, until events arrive, the timeout or
-	// context expires, or the queue is closed. It keeps one CPU busy per
-	// waiter.
+	// BusyPoll re-checks the queue, yielding with runtime.Gosched between
+	// checks, until events arrive, the timeout or context expires, or the
+	// queue is closed. It keeps one CPU busy per waiter. It blocks only
+	// while input of a socket the module reads through the Go runtime's
+	// network poller waits for the runtime to poll (the TCP provider's),
+	// which a spinning processor keeps it from doing.
 	BusyPoll
 	// Notify blocks at once until woken by a Post, Close, the timeout or
 	// the context.

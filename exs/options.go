@@ -109,8 +109,12 @@ const (
 	// and a half above the CPUs'), the spin is cut to 5 us, so that a
 	// waiter leaves the CPU to the work it waits for.
 	WaitAdaptive WaitMode = iota + 1
-	// WaitBusyPoll never blocks: it keeps checking, yielding between
-	// checks. It keeps a CPU busy per waiting goroutine. A socket's
+	// WaitBusyPoll keeps checking, yielding between checks. It keeps a
+	// CPU busy per waiting goroutine. It blocks only while a TCP
+	// provider's socket has input that the Go runtime's network poller
+	// has not handed over yet: the runtime polls the network only when
+	// a processor has nothing to run (with one P and a spinning waiter,
+	// round trips over TCP took 10 ms, the runtime's monitor's period). A socket's
 	// connection asks its provider not to sleep either
 	// (verbs.QPConfig.BusyPoll): the same-host provider's receiver
 	// goroutine of the connection then spins too.

@@ -68,18 +68,31 @@ func (s *Spin) Reset() { s.i = 0 }
 // Next is called after a check that found nothing. It yields the processor
 // and returns Again, or, reading the clock on every eighth call, returns
 // Expired once the deadline has passed and Block once the spin time is
-// used up.
+// used up, or, for any spin, while a watched socket's input waits for the
+// runtime to poll the network (Watch).
 func (s *Spin) Next() Verdict {
 	i := s.i
 	s.i++
-	if i%clockEvery != 0 || !s.bounded && !s.hasDeadline {
+	if i%clockEvery != 0 {
 		runtime.Gosched()
 		return Again
 	}
 	if s.bounded && s.limit == 0 {
 		return Block
 	}
+	watched := i > 0 && inputs.n.Load() != 0
+	if !s.bounded && !s.hasDeadline && !watched {
+		runtime.Gosched()
+		return Again
+	}
 	now := time.Now()
+	if watched && inputWaiting(int64(now.Sub(epoch))) {
+		return Block // for the runtime to poll the network (input.go)
+	}
+	if !s.bounded && !s.hasDeadline {
+		runtime.Gosched()
+		return Again
+	}
 	if i == 0 {
 		s.start = now
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -149,7 +150,11 @@ type linkTx struct {
 
 // linkRx is the part of a link the receiver goroutine alone touches.
 type linkRx struct {
-	dec         decoder
+	dec decoder
+	// input is the socket's reader as spinning goroutines see it: while
+	// it is parked with input waiting, their spins end, so that the
+	// runtime polls the network (internal/spin.Watch).
+	input       *spin.Input
 	expMSN      [3]uint32
 	peerRNR     verbs.RNRPolicy
 	rtrSeen     bool
@@ -204,6 +209,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	r.idle = l.idle
+	l.input = r.in
 	l.dec = decoder{r: r, crc: crc}
 	l.pl.l = l
 	l.sink.l = l

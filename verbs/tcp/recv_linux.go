@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/exsgo/exs/internal/spin"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -29,6 +30,7 @@ func (l *link) RecvPosted() {
 // it (finish).
 func (l *link) run() {
 	defer l.finishRx()
+	defer spin.Watch(l.input)()
 	for {
 		h, err := l.dec.next()
 		if err != nil && l.toGrace(err) {

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/exsgo/exs/internal/spin"
 )
 
 // fdOf returns the descriptor of c. The provider writes with its own
@@ -94,6 +96,9 @@ type sockReader struct {
 	err   error
 	waits bool // this Read already called idle
 	fn    func(uintptr) bool
+	// in tells spinning goroutines when this reader is parked in the
+	// network poller (internal/spin.Watch).
+	in *spin.Input
 }
 
 func newSockReader(c *net.TCPConn) (*sockReader, error) {
@@ -101,12 +106,14 @@ func newSockReader(c *net.TCPConn) (*sockReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &sockReader{rc: rc}
+	r := &sockReader{rc: rc, in: spin.NewInput()}
 	r.fn = r.read
 	return r, nil
 }
 
 func (r *sockReader) read(fd uintptr) bool {
+	r.in.SetFD(fd)
+	r.in.Park(false)
 	for {
 		var n uintptr
 		var e syscall.Errno
@@ -124,6 +131,7 @@ func (r *sockReader) read(fd uintptr) bool {
 				r.idle()
 				continue // what idle did may have taken a while
 			}
+			r.in.Park(true)
 			return false
 		case 0:
 			r.n = int(n)
@@ -142,6 +150,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	}
 	r.p = p
 	err := r.rc.Read(r.fn)
+	r.in.Park(false) // also after a deadline or a close, which do not call fn
 	n := r.n
 	if err == nil {
 		err = r.err
