@@ -437,6 +437,16 @@ func (e *Engine) gather(out []Action, k Kind, room int, rkey uint32, addr uint64
 	return out, total
 }
 
+// LimitGather lowers to n (at least 1) the most sends a transfer gathers
+// from (Config.MaxGather), for the transfers that start from now on; it
+// never raises it. A user whose sends may span many buffers lowers it, so
+// that one transfer's writes keep within its send queue.
+func (e *Engine) LimitGather(n int) {
+	if n >= 1 && n < e.cfg.MaxGather {
+		e.cfg.MaxGather = n
+	}
+}
+
 // write emits one write from send s and records it, for its WriteDone.
 func (e *Engine) write(out []Action, k Kind, s *sendReq, off, n int, rkey uint32, addr uint64, ringOff int) []Action {
 	s.writes++

@@ -15,14 +15,26 @@ import (
 	"github.com/exsgo/exs/verbs"
 )
 
-// maxGather is the most send buffers one transfer gathers from, and so the
-// most scatter/gather elements of one RDMA WRITE.
+// maxGather is the most scatter/gather elements of one RDMA WRITE, and the
+// most sends one transfer gathers from once the socket has sent from
+// several buffers in one call (SendMsg).
 const maxGather = 8
 
 // gatherSends is the most sends one transfer gathers from: small sends
 // that queue up go out as one transfer (one frame), their bytes in as many
 // WRITEs of up to maxGather entries as they need, adjacent buffers merged.
+// A transfer's WRITEs complete with its frame, so they must fit in the send
+// queue with it: 32 sends of one buffer each take at most 8 WRITEs (one
+// more for each send split at the stream buffer's end). Vectored sends,
+// of up to MaxIOV buffers each, lower the limit to maxGather
+// (dynproto.Engine.LimitGather), and the send queue holds that many
+// (minSendDepth).
 const gatherSends = 32
+
+// minSendDepth is the least send queue depth: one transfer of maxGather
+// vectored sends of MaxIOV buffers each (maxGather*MaxIOV/maxGather WRITEs)
+// and its frame, with one to spare.
+const minSendDepth = MaxIOV + 2
 
 // ackFraction is the fraction of its stream buffer a receiver frees before
 // it ACKs (dynproto.Config.AckThreshold).
@@ -57,7 +69,7 @@ func sendDepthFor(frames int) int {
 	if testSendDepth > 0 {
 		return testSendDepth
 	}
-	return max(4*(frames+1), 64)
+	return max(4*(frames+1), minSendDepth)
 }
 
 // wcBatch is how many completions one poll takes.
@@ -366,6 +378,9 @@ cmds:
 			if o.sf != nil {
 				c.startSendfile(idx)
 			} else {
+				if len(o.vec) > 1 {
+					c.eng.LimitGather(maxGather)
+				}
 				c.acts = c.eng.QueueSend(c.acts, uint64(idx), o.size())
 			}
 			queued = true

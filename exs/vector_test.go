@@ -1,6 +1,7 @@
 package exs_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -775,4 +776,52 @@ func TestVecWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVecManyQueued queues many SendMsg calls of many separate buffers
+// before the peer's recv: a transfer gathers at most maxGather vectored
+// sends, and the send queue holds one transfer of them at MaxIOV buffers
+// each, with the fewest frames too (a transfer of 32 such sends, or of 8
+// with one frame, waited for its own frame's completion for ever).
+func TestVecManyQueued(t *testing.T) {
+	forProviders(t, func(t *testing.T, addr func(testing.TB) string) {
+		for _, frames := range []int{0, 1} {
+			t.Run(fmt.Sprintf("frames=%d", frames), func(t *testing.T) {
+				const sends = 48
+				opts := []exs.SocketOption{exs.WithOutstanding(256, 16)}
+				if frames > 0 {
+					opts = append(opts, exs.WithFrames(frames))
+				}
+				st := newStack(t)
+				p := connectAddr(t, st, exs.SockStream, addr(t), opts...)
+				var want []byte
+				for i := range sends {
+					v := make([]exs.IOVec, exs.MaxIOV)
+					for j := range v {
+						b := []byte{byte(i*exs.MaxIOV + j)}
+						want = append(want, b[0])
+						v[j] = exs.IOVec{Buf: b}
+					}
+					if err := p.client.SendMsg(p.q, v, 0, i); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := make([]byte, len(want))
+				if err := p.server.Recv(p.q, got, nil, exs.MsgWaitAll, "recv"); err != nil {
+					t.Fatal(err)
+				}
+				seen := 0
+				for seen < sends+1 {
+					ev := wait(t, p.q)
+					if ev.Err != nil {
+						t.Fatalf("event %+v", ev)
+					}
+					seen++
+				}
+				if !bytes.Equal(got, want) {
+					t.Error("the recv's bytes differ from the sends'")
+				}
+			})
+		}
+	})
 }
