@@ -8,10 +8,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +63,7 @@ func (g *guarded) untouched() bool {
 // hostile is a queue pair accepted by the provider with a raw peer.
 type hostile struct {
 	t      *testing.T
+	p      *Provider
 	qp     *verbs.QP
 	cq     *verbs.CQ
 	rw, ro *guarded // remote read/write, and remote read only
@@ -113,7 +116,7 @@ func newHostile(t *testing.T, o hostileOpts) *hostile {
 		}
 		return g
 	}
-	h := &hostile{t: t, qp: qp, cq: cq, crc: o.crc, recvs: o.recvs}
+	h := &hostile{t: t, p: p, qp: qp, cq: cq, crc: o.crc, recvs: o.recvs}
 	h.rw = reg(hostileRegion, mreg.LocalWrite|mreg.RemoteWrite|mreg.RemoteRead)
 	h.ro = reg(hostileRegion, mreg.LocalWrite|mreg.RemoteRead)
 	size := max(o.recvSize, 16)
@@ -689,10 +692,24 @@ func TestHostileNoAllocation(t *testing.T) {
 	if sent >= limit {
 		t.Errorf("the provider read %d fences without their responses being read", sent)
 	}
+	// What bounds the provider's memory: the control FPDUs it queued.
+	h.p.mu.Lock()
+	links := slices.Collect(maps.Keys(h.p.links))
+	h.p.mu.Unlock()
+	if len(links) != 1 {
+		t.Fatalf("%d links, want 1", len(links))
+	}
+	l := links[0]
+	l.mu.Lock()
+	peak := l.ctlPeak
+	l.mu.Unlock()
+	if peak > maxCtlQueued+flushCtl {
+		t.Errorf("the provider queued up to %d control FPDUs, more than its bound of %d (and %d being flushed)", peak, maxCtlQueued, flushCtl)
+	}
 	if grow := int64(after.HeapInuse) - int64(before.HeapInuse); grow > 16<<20 {
 		t.Errorf("heap grew by %d bytes while the peer sent %d fences", grow, sent)
 	}
-	t.Logf("%d fences sent before the provider stopped reading; heap %d -> %d", sent, before.HeapInuse, after.HeapInuse)
+	t.Logf("%d fences sent before the provider stopped reading, at most %d responses queued; heap %d -> %d", sent, peak, before.HeapInuse, after.HeapInuse)
 }
 
 // socketRoom is the most bytes a TCP connection's receive buffer and its

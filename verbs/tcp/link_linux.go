@@ -130,7 +130,8 @@ type linkTx struct {
 	mssAuto     bool      // pay follows the connection's MSS (no WithSegmentSize)
 	mssNext     time.Time // when Transmit may read the MSS again
 	respPending int       // READ responses with data not yet written
-	ctlQueued   int       // control FPDUs queued
+	ctlQueued   int       // control FPDUs queued (ctlAddedLocked)
+	ctlPeak     int       // the most ctlQueued has been
 	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
 
 	// The messages in flight.

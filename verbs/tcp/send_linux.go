@@ -116,7 +116,7 @@ func (l *link) pushCtlItem(it *txItem, n int) {
 	it.iov = it.vec
 	l.q = append(l.q, it)
 	if it.kind == itemCtl {
-		l.ctlQueued++
+		l.ctlAddedLocked()
 	}
 }
 
@@ -172,7 +172,7 @@ func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn u
 		it.iov = it.vec
 		l.q = append(l.q, it)
 		if kind == itemCtl {
-			l.ctlQueued++
+			l.ctlAddedLocked()
 		}
 		off += chunk
 		if last {
@@ -319,4 +319,10 @@ func (l *link) writer() {
 			return
 		}
 	}
+}
+
+// ctlAddedLocked counts a control FPDU queued. l.mu is held.
+func (l *link) ctlAddedLocked() {
+	l.ctlQueued++
+	l.ctlPeak = max(l.ctlPeak, l.ctlQueued)
 }

@@ -75,7 +75,7 @@ func (l *link) detachLocked() {
 				l.respPending--
 			}
 			it.kind = itemCtl
-			l.ctlQueued++
+			l.ctlAddedLocked()
 			keep = append(keep, it)
 		default:
 			l.retire(it)
