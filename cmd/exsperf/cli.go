@@ -319,7 +319,7 @@ func (o *streamOpts) register(fs *flag.FlagSet, d streamDefaults) {
 	}
 	registerOutput(fs, &o.json, &o.seed, &o.quiet)
 	fs.BoolVar(&o.verify, "verify", false, "check every received byte against the sent stream (slower)")
-	fs.BoolVar(&o.reuse, "reuse", false, "one buffer for every outstanding send and one for every outstanding recv, as ucx_perftest uses, instead of a buffer each (copy() anchors too); not with --verify")
+	fs.BoolVar(&o.reuse, "reuse", false, "one buffer for every outstanding send and one for every outstanding recv, as ucx_perftest uses, instead of a buffer each (copy() anchors and TCP too); not with --verify")
 }
 
 // registerBeside registers the flags of what runs beside the measurements:

@@ -160,7 +160,7 @@ func (o *sweepOpts) stages(tr, tcp measure.Transport) []sweepStage {
 		// fig1 and fig2: sends = recvs/2, all modes, with anchors.
 		name: "fig1", figures: []int{1, 2}, rounds: o.rounds, warmup: o.warmup, d: o.duration,
 		points: func(size int) []measure.Point {
-			base := measure.Params{Size: size, Sends: o.fig1Sends(), Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed, CC: o.cc}
+			base := measure.Params{Size: size, Sends: o.fig1Sends(), Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Reuse: o.reuse, Seed: o.seed, CC: o.cc}
 			pts := measure.ModePoints(tr, o.modes, base)
 			pts = append(pts, measure.CopyAnchors(base)...)
 			if tcp != nil {
@@ -180,7 +180,7 @@ func (o *sweepOpts) stages(tr, tcp measure.Transport) []sweepStage {
 			for _, m := range o.fig3Modes() {
 				for _, s := range o.sendsList {
 					pts = append(pts, measure.Point{Run: m.String() + ", " + sendsRun(s), Tr: tr,
-						Params: measure.Params{Mode: m, Size: size, Sends: s, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Seed: o.seed}})
+						Params: measure.Params{Mode: m, Size: size, Sends: s, Recvs: o.recvs, Ring: o.ring, Verify: o.verify, Reuse: o.reuse, Seed: o.seed}})
 				}
 			}
 			return pts
@@ -193,7 +193,7 @@ func (o *sweepOpts) stages(tr, tcp measure.Transport) []sweepStage {
 		// virtual time: one round.
 		name: "fig5", figures: []int{5}, rounds: 1, warmup: o.vwarmup, d: o.vduration,
 		points: func(size int) []measure.Point {
-			base := measure.Params{Size: size, Sends: o.distSends, Recvs: o.distOut, Ring: o.ring, Link: &link, AdvertsFirst: o.distStart == "adverts-first"}
+			base := measure.Params{Size: size, Sends: o.distSends, Recvs: o.distOut, Ring: o.ring, Link: &link, AdvertsFirst: o.distStart == "adverts-first", Reuse: o.reuse}
 			return measure.ModePoints(measure.Engine{}, o.modes, base)
 		},
 		row: func(pt measure.Point, r measure.Result) row {
@@ -233,7 +233,7 @@ func runSweep(ctx context.Context, e *env, o *sweepOpts) error {
 
 // report starts the sweep's report: what is measured, where and how.
 func (o *sweepOpts) report(e *env, tr measure.Transport, notes []string) *report {
-	return newReport(e, tr, notes, map[string]any{"sizes": o.sizes, "recvs": o.recvs, "fig1_sends": o.fig1Sends(), "fig3_sends": o.sendsList,
+	return newReport(e, tr, append(notes, o.bufferNotes()...), map[string]any{"sizes": o.sizes, "reuse": o.reuse, "recvs": o.recvs, "fig1_sends": o.fig1Sends(), "fig3_sends": o.sendsList,
 		"fig3_modes": modeNames(o.fig3Modes()), "fig3_plotted_sizes": o.fig3Plotted(),
 		"ring": o.ring, "duration": o.duration.String(), "warmup": o.warmup.String(), "rounds": o.rounds, "seed": o.seed,
 		"tcp_congestion_control": o.cc, "fig5_link": o.link().String(), "fig5_outstanding": o.distOut,

@@ -2,11 +2,11 @@ package bigcopy
 
 // Non-temporal stores pay when the destination is not in the cache: a
 // stream into many buffers, each written again only after tens of MiB of
-// other copies. Into a buffer written moments before (a RECV buffer posted
-// again and again, one-sided writes into one target), they write around
-// the lines that are already there, and a copy through the cache runs
-// 1.4-1.7 times as fast (BenchmarkHot; the other way round, into 24
-// buffers, Copy is 1.6-2 times as fast). Recent tells the two apart by
+// other copies. Into a buffer written moments before (one-sided writes
+// into one target again and again, as into a RECV buffer posted again),
+// they write around the lines that are already there, and a copy through
+// the cache runs 1.4-1.5 times as fast (BenchmarkHot; the other way round,
+// into 24 buffers, Copy is 1.6-1.7 times as fast). Recent tells the two apart by
 // the destinations of a copier's last transfers.
 
 // HotWindow is how many bytes a copier may copy after writing a
@@ -14,8 +14,9 @@ package bigcopy
 // eighth of a 32 MiB last-level cache, and several times Min.
 const HotWindow = 4 << 20
 
-// recentLen is how many destinations Recent remembers.
-const recentLen = 8
+// recentLen is how many destinations Recent remembers: the transfers of
+// Min bytes or more that fit in HotWindow.
+const recentLen = HotWindow / Min
 
 // Recent remembers the destinations of a copier's recent large transfers.
 // It is not safe for concurrent use: each copier keeps its own, under its

@@ -16,6 +16,10 @@ import (
 // a blocking socket's reader is. The count of runnable threads is the
 // kernel's (the fourth field of /proc/loadavg, the sampler included),
 // sampled by spinning goroutines at most once per window and smoothed.
+// It is the whole system's, compared with the CPUs this process may use
+// (runtime.NumCPU): in a container given a few of a large host's CPUs, the
+// host's other threads count too and spins are cut more often than they
+// need be; under a CPU quota alone, less often.
 
 // ContendedSpin is the longest spin while the CPUs are contended.
 const ContendedSpin = 5 * time.Microsecond

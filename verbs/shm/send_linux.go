@@ -177,7 +177,8 @@ func (l *link) directLocked(m *verbs.Message, alone bool) (bool, error) {
 				// A transfer of bigcopy.Min bytes or more is copied, piece
 				// by piece, as runtime.memmove copies one such block, with
 				// non-temporal stores, unless it is a WRITE into memory
-				// this link wrote moments before, which is in the cache.
+				// this link wrote moments before, likely in the cache (from
+				// the second repeat on: a first write went around it).
 				cp := copyFn
 				if write && m.Len > 0 {
 					cp = l.tx.recent.Copier(uintptr(unsafe.Pointer(&span[0])), int(m.Len))

@@ -102,11 +102,10 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 		defer runtime.UnlockOSThread()
 		bufs := makeBufs(tp.p.Buffers(tp.p.Sends), tp.p.Size)
 		seen := int32(0)
-		var msgs int64
 		for i := 0; ; i++ {
 			if ph := phase.Load(); ph != seen {
 				for ; seen < ph; seen++ {
-					wm[seen] = takeMark(0, msgs)
+					wm[seen] = takeMark(0, 0) // the writer's CPU time
 				}
 				if seen == 2 {
 					return
@@ -119,14 +118,13 @@ func (tp *tcpPair) Stream(ctx context.Context, warmup, d time.Duration) (Result,
 			if _, err := tp.w.Write(b); err != nil {
 				if ph := phase.Load(); ph == 2 {
 					for ; seen < ph; seen++ {
-						wm[seen] = takeMark(0, msgs)
+						wm[seen] = takeMark(0, 0) // the writer's CPU time
 					}
 					return
 				}
 				werr = err
 				return
 			}
-			msgs++
 		}
 	}()
 	// The reader runs here.
