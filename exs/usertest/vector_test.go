@@ -3,6 +3,7 @@ package usertest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -120,5 +121,53 @@ func TestVectoredTransfers(t *testing.T) {
 				t.Errorf("sendmsg m2: %v n %d %v, want EMSGSIZE", ev.Type, ev.N, ev.Err)
 			}
 		})
+	}
+}
+
+// TestManyQueuedSendMsg queues many SendMsg calls of many separate
+// buffers, each buffer its own byte, before the peer posts its recv, with
+// the default frames and with one: every send completes and the bytes
+// arrive in order.
+func TestManyQueuedSendMsg(t *testing.T) {
+	for _, af := range addrFuncs {
+		for _, frames := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s/frames=%d", af.name, frames), func(t *testing.T) {
+				const sends = 40
+				st := newStack(t)
+				q := newQueue(t, st, 2*sends)
+				opts := []exs.SocketOption{exs.WithOutstanding(sends, 4)}
+				if frames > 0 {
+					opts = append(opts, exs.WithFrames(frames))
+				}
+				client, server := connected(t, st, q, af.addr(t), exs.SockStream, opts...)
+				var want []byte
+				for i := range sends {
+					v := make([]exs.IOVec, exs.MaxIOV)
+					for j := range v {
+						v[j] = exs.IOVec{Buf: []byte{byte(i + j)}}
+						want = append(want, byte(i+j))
+					}
+					if err := client.SendMsg(q, v, 0, i); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := make([]byte, len(want))
+				if err := server.Recv(q, got, nil, exs.MsgWaitAll, "recv"); err != nil {
+					t.Fatal(err)
+				}
+				for k := 0; k < sends+1; k++ {
+					ev, err := next(q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ev.Err != nil {
+						t.Fatalf("event %v of %v: %v", ev.Type, ev.User, ev.Err)
+					}
+				}
+				if !bytes.Equal(got, want) {
+					t.Error("the recv's bytes differ from the sends'")
+				}
+			})
+		}
 	}
 }
