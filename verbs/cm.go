@@ -146,7 +146,7 @@ func (qp *QP) finishConnect(ep *Endpoint, link Link) error {
 	}
 	if !qp.st.CompareAndSwap(uint32(StateReadyToReceive), uint32(StateReadyToSend)) {
 		// An error moved the queue pair to Error before the link was
-		// known; afterError terminates the link it now finds.
+		// known; terminating the endpoint ends the link it now holds.
 		if ep.byPeer.Load() && !qp.closed.Load() {
 			return nil
 		}

@@ -131,7 +131,7 @@ func (e *Endpoint) Deliver(m *Message) error {
 	}
 	rq.mu.Unlock()
 	if failed {
-		qp.afterError(cause)
+		qp.afterError(e, cause)
 	}
 	return err
 }
@@ -180,7 +180,7 @@ func (e *Endpoint) Complete(m *Message, err error) {
 	cause := qp.settleLocked(w, err)
 	sq.mu.Unlock()
 	if cause != nil {
-		qp.fail(cause)
+		qp.failFrom(e, cause)
 	}
 	qp.kickSend()
 }
@@ -226,7 +226,7 @@ func (e *Endpoint) Terminated(cause error) {
 	entered := qp.enterError(cause)
 	qp.epMu.Unlock()
 	if entered {
-		qp.afterError(cause)
+		qp.afterError(e, cause)
 	}
 }
 

@@ -338,15 +338,21 @@ func (qp *QP) enterError(cause error) bool {
 	return true
 }
 
-// afterError finishes a move to the Error state: it terminates the
-// connection, flushes the receive queue and runs the send queue, which
-// flushes. The caller must hold no lock of this queue pair.
-func (qp *QP) afterError(cause error) {
-	if ep := qp.ep.Load(); ep != nil {
+// afterError finishes a move to the Error state made while ep (nil: none)
+// was the queue pair's connection: it terminates ep, flushes the receive
+// queue and runs the send queue, which flushes. If the queue pair was
+// reset meanwhile (a user that saw the Error may reset and connect again
+// at once), the reset has flushed the receive queue and what it holds now
+// belongs to the next connection: it is left alone. The caller must hold
+// no lock of this queue pair.
+func (qp *QP) afterError(ep *Endpoint, cause error) {
+	if ep != nil {
 		ep.terminate(cause)
 	}
 	qp.rq.mu.Lock()
-	qp.flushRecvLocked()
+	if qp.ep.Load() == ep {
+		qp.flushRecvLocked()
+	}
 	qp.rq.mu.Unlock()
 	qp.kickSend()
 }
@@ -354,8 +360,24 @@ func (qp *QP) afterError(cause error) {
 // fail moves the queue pair to Error with cause, unless it is already
 // there. The caller must hold no lock of this queue pair.
 func (qp *QP) fail(cause error) {
-	if qp.enterError(cause) {
-		qp.afterError(cause)
+	qp.epMu.Lock()
+	ep := qp.ep.Load()
+	entered := qp.enterError(cause)
+	qp.epMu.Unlock()
+	if entered {
+		qp.afterError(ep, cause)
+	}
+}
+
+// failFrom is fail for an error of connection ep: it does nothing once ep
+// is no longer the queue pair's connection, so that an outcome of an
+// ended connection, coming late, cannot fail the next one.
+func (qp *QP) failFrom(ep *Endpoint, cause error) {
+	qp.epMu.Lock()
+	entered := qp.ep.Load() == ep && qp.enterError(cause)
+	qp.epMu.Unlock()
+	if entered {
+		qp.afterError(ep, cause)
 	}
 }
 
@@ -405,7 +427,7 @@ func (qp *QP) Close() error {
 
 	cause := fmt.Errorf("%w: queue pair destroyed", ErrDisconnected)
 	qp.enterError(cause)
-	qp.afterError(cause) // also when already in Error: the flushes are idempotent
+	qp.afterError(qp.ep.Load(), cause) // also when already in Error: the flushes are idempotent
 	qp.drainSend()
 
 	qp.cfg.SendCQ.detach()

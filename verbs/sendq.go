@@ -319,7 +319,7 @@ func (qp *QP) runSend() {
 		}
 		if cause != nil {
 			sq.mu.Unlock()
-			qp.fail(cause)
+			qp.failFrom(ep, cause)
 			sq.mu.Lock()
 		}
 	}
