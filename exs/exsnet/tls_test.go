@@ -99,8 +99,11 @@ func TestTLS(t *testing.T) {
 			t.Run("https", func(t *testing.T) {
 				addr := tr.addr(t)
 				srv := &http.Server{Handler: echoHandler()}
+				// Listening before the client dials: in the goroutine, the
+				// dial could come first ("no listener").
+				ln := tls.NewListener(listen(t, addr), scfg)
 				done := make(chan error, 1)
-				go func() { done <- srv.Serve(tls.NewListener(listen(t, addr), scfg)) }()
+				go func() { done <- srv.Serve(ln) }()
 				defer func() {
 					srv.Close()
 					if err := <-done; !errors.Is(err, http.ErrServerClosed) {
