@@ -168,6 +168,7 @@ func (e *Engine) onAdvert(f *Frame) error {
 	if !f.Phase.IsDirect() {
 		return fmt.Errorf("%w: ADVERT in indirect phase %d", ErrProtocol, f.Phase)
 	}
+	e.stats.AdvertsReceived++
 	e.adverts.Push(advert{
 		phase:   f.Phase,
 		seq:     f.Seq,

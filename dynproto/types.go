@@ -264,6 +264,7 @@ type Stats struct {
 	MessagesTooLong   uint64 // messages refused or discarded as longer than their recv (either side)
 
 	AdvertsSent      uint64 // by this end's receiver
+	AdvertsReceived  uint64 // by this end's sender, from the peer
 	AdvertsUsed      uint64 // by this end's sender
 	AdvertsDiscarded uint64 // stale ADVERTs this end's sender threw away
 

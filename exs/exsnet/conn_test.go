@@ -431,9 +431,13 @@ func TestLargeWritesGoDirect(t *testing.T) {
 				if _, err := io.ReadFull(s, rbuf); err != nil {
 					t.Fatal(err)
 				}
-				// The recv posted again is advertised anew before the
-				// next Write.
+				// The recv posted again is advertised anew, and the
+				// ADVERT has reached the writer, before the next Write
+				// (over shm it is a message in flight for a while).
 				for s.Stats().AdvertsSent == adverts {
+					time.Sleep(50 * time.Microsecond)
+				}
+				for sent := s.Stats().AdvertsSent; c.Stats().AdvertsReceived < sent; {
 					time.Sleep(50 * time.Microsecond)
 				}
 				// The writer's counters are published after its round
