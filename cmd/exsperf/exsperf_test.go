@@ -326,17 +326,32 @@ func TestServerClientShm(t *testing.T) {
 	}
 	go io.Copy(io.Discard, pr)
 	var out bytes.Buffer
-	err = run(ctx, []string{"client", "-t", "20ms", "-w", "5ms", "-q", "--sizes", "64,64K", "--lat", "--wait", "block", "--verify", "--addr", addr}, &out, io.Discard)
+	var rows [][]string
+	// A point of 20 ms on a loaded machine may end before the sending
+	// socket publishes its counters ("-" for % direct): the client runs
+	// again then, up to three times.
+	for try := 1; ; try++ {
+		out.Reset()
+		err = run(ctx, []string{"client", "-t", "20ms", "-w", "5ms", "-q", "--sizes", "64,64K", "--lat", "--wait", "block", "--verify", "--addr", addr}, &out, io.Discard)
+		if err != nil {
+			break
+		}
+		rows = tableRows(t, out.String())
+		if len(rows) != 2+2*3+2*3 {
+			t.Fatalf("%d rows, want 14:\n%s", len(rows), out.String())
+		}
+		unpublished := slices.ContainsFunc(rows[1:7], func(r []string) bool { return r[4] == "-" })
+		if !unpublished || try == 3 {
+			break
+		}
+		t.Logf("try %d: a point without the sender's counters, again:\n%s", try, out.String())
+	}
 	stop()
 	if serr := <-done; serr != nil {
 		t.Errorf("server: %v", serr)
 	}
 	if err != nil {
 		t.Fatalf("client: %v\n%s", err, out.String())
-	}
-	rows := tableRows(t, out.String())
-	if len(rows) != 2+2*3+2*3 {
-		t.Fatalf("%d rows, want 14:\n%s", len(rows), out.String())
 	}
 	for _, r := range rows[1:7] {
 		if v := number(t, r[3]); !(v > 0) {
