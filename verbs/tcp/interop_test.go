@@ -107,8 +107,22 @@ func TestWiresharkDecodes(t *testing.T) {
 	rkey, addr, sink := interopTraffic(t, devA, devB, ln)
 	// The kernel hands packets to dumpcap in blocks, the last one after a
 	// timeout (libpcap's 250 ms with TPACKET_V3): stopping dumpcap before
-	// loses it.
+	// loses it. On a loaded machine dumpcap writes later still, so the
+	// capture ends once its file has held the traffic's WRITE (over 32
+	// KiB) and stopped growing for half a second, or after 20 s.
 	time.Sleep(time.Second)
+	var last int64 = -1
+	for deadline, still := time.Now().Add(20*time.Second), time.Now(); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		fi, err := os.Stat(pcap)
+		if err != nil {
+			continue
+		}
+		if fi.Size() != last {
+			last, still = fi.Size(), time.Now()
+		} else if last > 32<<10 && time.Since(still) >= 500*time.Millisecond {
+			break
+		}
+	}
 	stop()
 	t.Logf("dumpcap: %s", <-started)
 
