@@ -105,14 +105,56 @@ func (l *link) frame(h *header) bool {
 }
 
 // idle writes the control FPDUs the receiver queued, once it has read all
-// the socket holds (sockReader calls it before it waits).
+// the socket holds (sockReader calls it before it waits). After a SEND
+// that consumed a RECV, it first gives the application a moment to
+// answer (awaitReplyLocked): the answers to the peer's fences then go
+// with that message, in one write, instead of in a write of their own
+// that the peer's receiver must wake for.
 func (l *link) idle() {
 	l.mu.Lock()
+	if l.ctlHeld && l.replyLikely {
+		l.awaitReplyLocked()
+	}
+	l.replyLikely = false
 	if l.ctlHeld {
 		l.ctlHeld = false
 		l.flushLocked()
 	}
 	l.mu.Unlock()
+}
+
+// replyWait is how long, at most, the receiver waits at idle for the
+// application to send after a SEND consumed one of its RECVs, before it
+// writes the fence answers it holds; replySkip is how many such idles it
+// answers at once after a wait in which nothing was sent (the application
+// does not answer its messages at once: a stream one way).
+const (
+	replyWait = 20 * time.Microsecond
+	replySkip = 16
+)
+
+// awaitReplyLocked waits, yielding the processor, until a Transmit wrote
+// the held control FPDUs (the queue drained: ctlHeld is cleared), at most
+// replyWait, unless recent waits were in vain. A goroutine woken by the
+// SEND's completion often runs on this processor: yielding lets it run
+// now. l.mu is held; it is released while yielding.
+func (l *link) awaitReplyLocked() {
+	if l.replySkip > 0 {
+		l.replySkip--
+		return
+	}
+	s := spin.For(replyWait)
+	for l.ctlHeld && !l.term && l.txErr == nil {
+		l.mu.Unlock()
+		v := s.Next()
+		l.mu.Lock()
+		if v != spin.Again {
+			break
+		}
+	}
+	if l.ctlHeld {
+		l.replySkip = replySkip
+	}
 }
 
 // waitTx waits while a READ response of this side is not yet written (a
@@ -359,6 +401,7 @@ func (l *link) onSend(h *header) bool {
 		return l.refused(err, &l.dec.h, nil)
 	}
 	l.expMSN[qnSend]++
+	l.replyLikely = true
 	return true
 }
 
@@ -389,6 +432,7 @@ func (l *link) onImm(h *header) bool {
 	if err != nil {
 		return l.refused(err, h, nil)
 	}
+	l.replyLikely = true
 	return true
 }
 
