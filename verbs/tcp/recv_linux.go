@@ -135,20 +135,22 @@ const (
 
 // awaitReplyLocked waits, yielding the processor, until a Transmit wrote
 // the held control FPDUs (the queue drained: ctlHeld is cleared), at most
-// replyWait, unless recent waits were in vain. A goroutine woken by the
-// SEND's completion often runs on this processor: yielding lets it run
-// now. l.mu is held; it is released while yielding.
+// replyWait and not once the socket has input, unless recent waits were
+// in vain. A goroutine woken by the SEND's completion often runs on this
+// processor: yielding lets it run now. l.mu is held; it is released while
+// yielding.
 func (l *link) awaitReplyLocked() {
 	if l.replySkip > 0 {
 		l.replySkip--
 		return
 	}
 	s := spin.For(replyWait)
-	for l.ctlHeld && !l.term && l.txErr == nil {
+	for k := 1; l.ctlHeld && !l.term && l.txErr == nil; k++ {
 		l.mu.Unlock()
 		v := s.Next()
+		input := v == spin.Again && k%inputEvery == 0 && hasInput(l.fd)
 		l.mu.Lock()
-		if v != spin.Again {
+		if v != spin.Again || input {
 			break
 		}
 	}
@@ -156,6 +158,10 @@ func (l *link) awaitReplyLocked() {
 		l.replySkip = replySkip
 	}
 }
+
+// inputEvery is how many yields of awaitReplyLocked pass between two looks
+// at the socket.
+const inputEvery = 8
 
 // waitTx waits while a READ response of this side is not yet written (a
 // later message may change the memory it reads) or too many control FPDUs

@@ -222,6 +222,19 @@ func peerClosed(fd int) bool {
 	}
 }
 
+// hasInput reports whether fd has input to read (or failed), without
+// waiting.
+func hasInput(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
 // maxSegment returns the connection's maximum segment size, or 0.
 func maxSegment(fd int) int {
 	n, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG)
