@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/exsgo/exs/internal/spin"
@@ -137,20 +138,24 @@ const (
 // the held control FPDUs (the queue drained: ctlHeld is cleared), at most
 // replyWait and not once the socket has input, unless recent waits were
 // in vain. A goroutine woken by the SEND's completion often runs on this
-// processor: yielding lets it run now. l.mu is held; it is released while
-// yielding.
+// processor: yielding lets it run now. It is no spin.Spin, which ends
+// while another watched socket's input waits for its parked reader, or
+// after 5 us while the CPUs are contended: with spins that end at the
+// first sight of such input, the answers went alone again in most round
+// trips between two links of one process. l.mu is held; it is released
+// while yielding.
 func (l *link) awaitReplyLocked() {
 	if l.replySkip > 0 {
 		l.replySkip--
 		return
 	}
-	s := spin.For(replyWait)
+	start := time.Now()
 	for k := 1; l.ctlHeld && !l.term && l.txErr == nil; k++ {
 		l.mu.Unlock()
-		v := s.Next()
-		input := v == spin.Again && k%inputEvery == 0 && hasInput(l.fd)
+		runtime.Gosched()
+		stop := k%inputEvery == 0 && (time.Since(start) >= replyWait || hasInput(l.fd))
 		l.mu.Lock()
-		if v != spin.Again || input {
+		if stop {
 			break
 		}
 	}
@@ -160,7 +165,7 @@ func (l *link) awaitReplyLocked() {
 }
 
 // inputEvery is how many yields of awaitReplyLocked pass between two looks
-// at the socket.
+// at the clock and the socket.
 const inputEvery = 8
 
 // waitTx waits while a READ response of this side is not yet written (a
