@@ -15,8 +15,11 @@ import (
 // socket over TCP made 10 ms round trips). So sockets read through the
 // poller are watched (Watch): while one of them has input and its reader
 // is parked, spins end, so that the processors fall idle and the runtime
-// polls the network. A spin that sees such input twice, probeEvery apart,
-// ends it (once: an idle processor would have taken it in between).
+// polls the network. The spin whose probe sees such input ends at once
+// (the goroutine it waits for is often that input's reader, as in a round
+// trip between two sockets of one process); input seen twice, probeEvery
+// apart, ends every spin for a while (once: an idle processor would have
+// taken it in between).
 
 // Input is a descriptor whose reader waits in the network poller. Its
 // reader sets Parked before it parks and clears it when it runs again.
@@ -121,7 +124,7 @@ func inputWaiting(now int64) bool {
 	}
 	if inputs.seen == 0 {
 		inputs.seen = now
-		return false
+		return true // this spin only
 	}
 	inputs.seen = 0
 	inputs.until.Store(now + int64(endFor))

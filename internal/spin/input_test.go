@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,4 +113,69 @@ func TestSpinEndsForWaitingInput(t *testing.T) {
 		t.Errorf("a busy-polling spin never ended for the %d bytes waiting for their reader", msgs)
 	}
 	t.Logf("%d of %d bytes reached their reader after a spin ended for them", blocks, msgs)
+}
+
+// TestInputWaitingAtFirstSight has a watched reader parked with a byte
+// waiting and probes: the first sight ends the probing spin only; a second
+// one ends every spin for a while.
+func TestInputWaitingAtFirstSight(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, err := unix.Write(p[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput()
+	in.SetFD(uintptr(p[0]))
+	in.Park(true)
+	defer in.Park(false)
+	defer Watch(in)()
+	inputs.probe.Lock()
+	inputs.seen = 0
+	inputs.probe.Unlock()
+	now := max(int64(time.Since(epoch)), inputs.next.Load(), inputs.until.Load())
+	if !inputWaiting(now) {
+		t.Fatal("a probe that sees a parked reader's input does not end its spin")
+	}
+	if u := inputs.until.Load(); u > now {
+		t.Fatalf("the first sight ends every spin, until %d ns after it", u-now)
+	}
+	later := now + int64(probeEvery)
+	if !inputWaiting(later) {
+		t.Fatal("a second sight does not end the spin")
+	}
+	if u := inputs.until.Load(); u <= later {
+		t.Fatal("a second sight does not end every spin for a while")
+	}
+}
+
+// TestSpinProbesAtFirstCheck has a watched reader parked with a byte
+// waiting when a spin begins: its first check already ends it.
+func TestSpinProbesAtFirstCheck(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, err := unix.Write(p[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput()
+	in.SetFD(uintptr(p[0]))
+	in.Park(true)
+	defer in.Park(false)
+	defer Watch(in)()
+	inputs.probe.Lock()
+	inputs.seen = 0
+	inputs.next.Store(0)
+	inputs.until.Store(0)
+	inputs.probe.Unlock()
+	s := For(time.Second)
+	if v := s.Next(); v != Block {
+		t.Fatalf("first check of a spin with input waiting: verdict %d, want Block (%d)", v, Block)
+	}
 }

@@ -66,10 +66,10 @@ func (s *Spin) SetDeadline(t time.Time) { s.deadline, s.hasDeadline = t, true }
 func (s *Spin) Reset() { s.i = 0 }
 
 // Next is called after a check that found nothing. It yields the processor
-// and returns Again, or, reading the clock on every eighth call, returns
-// Expired once the deadline has passed and Block once the spin time is
-// used up, or, for any spin, while a watched socket's input waits for the
-// runtime to poll the network (Watch).
+// and returns Again, or, reading the clock on every eighth call (the first
+// included), returns Expired once the deadline has passed and Block once
+// the spin time is used up, or, for any spin, while a watched socket's
+// input waits for the runtime to poll the network (Watch).
 func (s *Spin) Next() Verdict {
 	i := s.i
 	s.i++
@@ -80,7 +80,7 @@ func (s *Spin) Next() Verdict {
 	if s.bounded && s.limit == 0 {
 		return Block
 	}
-	watched := i > 0 && inputs.n.Load() != 0
+	watched := inputs.n.Load() != 0
 	if !s.bounded && !s.hasDeadline && !watched {
 		runtime.Gosched()
 		return Again

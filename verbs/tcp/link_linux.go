@@ -132,7 +132,7 @@ type linkTx struct {
 	respPending int       // READ responses with data not yet written
 	ctlQueued   int       // control FPDUs queued (ctlAddedLocked)
 	ctlPeak     int       // the most ctlQueued has been
-	ctlHeld     bool      // control FPDUs wait for the receiver to be idle
+	ctlHeld     bool      // control FPDUs wait for the receiver to be idle (or any write: cleared once the queue drains)
 
 	// The messages in flight.
 	sendMSN uint32 // next QN 0 MSN
@@ -171,6 +171,8 @@ type linkRx struct {
 	immPending  bool // an Immediate Data message binds to the next SEND
 	immVal      uint32
 	completions []*verbs.Message
+	replyLikely bool // a SEND consumed a RECV since the receiver was last idle
+	replySkip   int  // idles left that answer fences without waiting (awaitReplyLocked)
 	ctl         [maxTermLen]byte
 }
 

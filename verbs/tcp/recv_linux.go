@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/exsgo/exs/internal/spin"
@@ -105,15 +106,67 @@ func (l *link) frame(h *header) bool {
 }
 
 // idle writes the control FPDUs the receiver queued, once it has read all
-// the socket holds (sockReader calls it before it waits).
+// the socket holds (sockReader calls it before it waits). After a SEND
+// that consumed a RECV, it first gives the application a moment to
+// answer (awaitReplyLocked): the answers to the peer's fences then go
+// with that message, in one write, instead of in a write of their own
+// that the peer's receiver must wake for.
 func (l *link) idle() {
 	l.mu.Lock()
+	if l.ctlHeld && l.replyLikely {
+		l.awaitReplyLocked()
+	}
+	l.replyLikely = false
 	if l.ctlHeld {
 		l.ctlHeld = false
 		l.flushLocked()
 	}
 	l.mu.Unlock()
 }
+
+// replyWait is how long, at most, the receiver waits at idle for the
+// application to send after a SEND consumed one of its RECVs, before it
+// writes the fence answers it holds; replySkip is how many such idles it
+// answers at once after a wait in which nothing was sent (the application
+// does not answer its messages at once: a stream one way).
+const (
+	replyWait = 20 * time.Microsecond
+	replySkip = 16
+)
+
+// awaitReplyLocked waits, yielding the processor, until a Transmit wrote
+// the held control FPDUs (the queue drained: ctlHeld is cleared), at most
+// replyWait and not once the socket has input, unless recent waits were
+// in vain. A goroutine woken by the SEND's completion often runs on this
+// processor: yielding lets it run now. It is no spin.Spin, which ends
+// while another watched socket's input waits for its parked reader, or
+// after 5 us while the CPUs are contended: with spins that end at the
+// first sight of such input, the answers went alone again in most round
+// trips between two links of one process. l.mu is held; it is released
+// while yielding.
+func (l *link) awaitReplyLocked() {
+	if l.replySkip > 0 {
+		l.replySkip--
+		return
+	}
+	start := time.Now()
+	for k := 1; l.ctlHeld && !l.term && l.txErr == nil; k++ {
+		l.mu.Unlock()
+		runtime.Gosched()
+		stop := k%inputEvery == 0 && (time.Since(start) >= replyWait || hasInput(l.fd))
+		l.mu.Lock()
+		if stop {
+			break
+		}
+	}
+	if l.ctlHeld {
+		l.replySkip = replySkip
+	}
+}
+
+// inputEvery is how many yields of awaitReplyLocked pass between two looks
+// at the clock and the socket.
+const inputEvery = 8
 
 // waitTx waits while a READ response of this side is not yet written (a
 // later message may change the memory it reads) or too many control FPDUs
@@ -359,6 +412,7 @@ func (l *link) onSend(h *header) bool {
 		return l.refused(err, &l.dec.h, nil)
 	}
 	l.expMSN[qnSend]++
+	l.replyLikely = true
 	return true
 }
 
@@ -389,6 +443,7 @@ func (l *link) onImm(h *header) bool {
 	if err != nil {
 		return l.refused(err, h, nil)
 	}
+	l.replyLikely = true
 	return true
 }
 

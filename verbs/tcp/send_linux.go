@@ -262,6 +262,7 @@ func (l *link) advanceLocked(n int) {
 	}
 	l.q = l.q[:0]
 	l.qh = 0
+	l.ctlHeld = false
 }
 
 // retire recycles a written or dropped item.

@@ -86,16 +86,19 @@ func (x *iovecs) writev(fd int, bufs [][]byte) (int, error) {
 // not reported as a race. It is thread-compatible and does not allocate.
 //
 // idle, if set, is called when a Read finds nothing to read, before it
-// waits.
+// waits, or before it reads when the read before it took all the socket
+// held (fewer bytes than asked for): a read that would only find nothing
+// is saved.
 type sockReader struct {
-	rc    syscall.RawConn
-	idle  func()
-	p, q  []byte // q: a second buffer, for ReadVec
-	iov   [2]unix.Iovec
-	n     int
-	err   error
-	waits bool // this Read already called idle
-	fn    func(uintptr) bool
+	rc      syscall.RawConn
+	idle    func()
+	p, q    []byte // q: a second buffer, for ReadVec
+	iov     [2]unix.Iovec
+	n       int
+	err     error
+	waits   bool // this Read already called idle
+	drained bool // the last read returned fewer bytes than asked for
+	fn      func(uintptr) bool
 	// in tells spinning goroutines when this reader is parked in the
 	// network poller (internal/spin.Watch).
 	in *spin.Input
@@ -114,6 +117,11 @@ func newSockReader(c *net.TCPConn) (*sockReader, error) {
 func (r *sockReader) read(fd uintptr) bool {
 	r.in.SetFD(fd)
 	r.in.Park(false)
+	if r.drained && !r.waits && r.idle != nil {
+		r.waits = true
+		r.idle()
+	}
+	r.drained = false
 	for {
 		var n uintptr
 		var e syscall.Errno
@@ -135,6 +143,7 @@ func (r *sockReader) read(fd uintptr) bool {
 			return false
 		case 0:
 			r.n = int(n)
+			r.drained = r.n > 0 && r.n < len(r.p)+len(r.q)
 		default:
 			r.err = e
 		}
@@ -219,6 +228,19 @@ func peerClosed(fd int) bool {
 			continue
 		}
 		return err == nil && n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+	}
+}
+
+// hasInput reports whether fd has input to read (or failed), without
+// waiting.
+func hasInput(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
 	}
 }
 

@@ -411,25 +411,24 @@ func (d *decoder) next() (*header, error) {
 	if h.ulpdu < hl {
 		return nil, violation(layerLLP, etypeMPA, codeLengthField, "ULPDU length %d shorter than its %d-byte DDP header", h.ulpdu, hl)
 	}
-	if d.have < 2+hl {
+	h.hdrLen = 2 + hl
+	h.payload = h.ulpdu - hl
+	// A control message (its payload the provider's own) or an FPDU
+	// without payload is read whole, with the rest of its header, its
+	// padding and CRC and the next FPDU's first bytes, in one read.
+	inline := 0
+	if h.payload == 0 || !h.tagged && h.payload <= maxTermLen && (h.op == opReadReq || h.op == opImm || h.op == opImmSE || h.op == opTerminate) {
+		inline = h.payload
+		if err := d.readWhole(2 + hl + inline); err != nil {
+			return nil, err
+		}
+	} else if d.have < 2+hl {
 		n, err := io.ReadFull(d.r, d.buf[d.have:2+hl])
 		d.have += n
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, err
-		}
-	}
-	h.hdrLen = 2 + hl
-	h.payload = h.ulpdu - hl
-	// A control message (its payload the provider's own) or an FPDU
-	// without payload is read whole, with its padding and CRC and the
-	// next FPDU's first bytes, in one read.
-	inline := 0
-	if h.payload == 0 || !h.tagged && h.payload <= maxTermLen && (h.op == opReadReq || h.op == opImm || h.op == opImmSE || h.op == opTerminate) {
-		inline = h.payload
-		if err := d.readWhole(2 + hl + inline); err != nil {
 			return nil, err
 		}
 	}
