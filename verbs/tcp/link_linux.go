@@ -62,16 +62,19 @@ const (
 
 // txItem is one FPDU waiting for the socket.
 type txItem struct {
-	iov     [][]byte // what is left to write
-	vec     [][]byte // backing of iov
-	hdr     [2 + untaggedHdr + maxTermLen]byte
-	tail    [8]byte
-	kind    uint8
-	started bool         // some of it was written
-	fence   bool         // a fence's Read Request
-	region  *mreg.Region // released once written (itemResp)
-	respEnd bool         // the last FPDU of a READ response
-	priv    []byte       // its unwritten rest, copied at Terminate
+	iov      [][]byte // what is left to write
+	vec      [][]byte // backing of iov
+	hdr      [2 + untaggedHdr + maxTermLen]byte
+	tail     [8]byte
+	kind     uint8
+	started  bool         // some of it was written
+	sumLater bool         // its CRC is still to be computed (sum)
+	summing  bool         // ... by its Transmit, outside mu (sumOwnLocked)
+	ulpdu    int          // its ULPDU length (for sum)
+	fence    bool         // a fence's Read Request
+	region   *mreg.Region // released once written (itemResp)
+	respEnd  bool         // the last FPDU of a READ response
+	priv     []byte       // its unwritten rest, copied at Terminate
 }
 
 // link is one connection.
@@ -123,9 +126,15 @@ type linkTx struct {
 	free        []*txItem
 	gather      [][]byte
 	iov         iovecs
-	gated       bool // a passive side sends nothing before the peer's first FPDU (RFC 5044)
-	blocked     bool // the socket took not everything: the writer waits for room
-	finish      bool // the writer writes what is left, then shuts writing down
+	gated       bool      // a passive side sends nothing before the peer's first FPDU (RFC 5044)
+	writing     bool      // a goroutine is in flushLocked: it alone writes, mu released during each writev
+	wEnd        int       // l.q[l.qh:wEnd]: the items of the writev in flight
+	wwait       bool      // a goroutine waits for writing to end (waitWriteLocked)
+	summers     int       // Transmits computing CRCs outside mu (sumOwnLocked)
+	own         []*txItem // sumOwnLocked's scratch: Transmit's alone
+	closing     bool      // the socket is about to be closed: nothing more is written
+	blocked     bool      // the socket took not everything: the writer waits for room
+	finish      bool      // the writer writes what is left, then shuts writing down
 	txErr       error
 	mssAuto     bool      // pay follows the connection's MSS (no WithSegmentSize)
 	mssNext     time.Time // when Transmit may read the MSS again

@@ -24,6 +24,7 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	// A fence not yet written at the queue's tail goes: the one after
 	// this message (or its own response, for a READ) covers the same.
 	l.dropFenceLocked()
+	start := len(l.q)
 	segs := m.Segments()
 	r := record{m: m}
 	switch m.Op {
@@ -56,8 +57,47 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	if m.Op != verbs.OpRead {
 		l.pushFenceLocked(0)
 	}
+	if l.crc {
+		l.sumOwnLocked(start)
+	}
 	l.flushLocked()
 	return false, nil
+}
+
+// sumOwnLocked computes the CRCs of the FPDUs Transmit queued from
+// l.q[start] on outside mu, while the goroutine writing (if any, or the
+// writer goroutine once the socket has room) writes the FPDUs before
+// them: it stops before an FPDU whose CRC is being computed (summing).
+// Its scratch, l.own, is Transmit's alone (verbs calls Transmit from one
+// goroutine at a time). l.mu is held; it is released meanwhile, and
+// Terminate waits for it (waitWriteLocked).
+func (l *link) sumOwnLocked(start int) {
+	own := l.own[:0]
+	for _, it := range l.q[start:] {
+		if it.sumLater {
+			it.summing = true
+			own = append(own, it)
+		}
+	}
+	if len(own) == 0 {
+		return
+	}
+	l.summers++
+	l.mu.Unlock()
+	for _, it := range own {
+		it.sum()
+	}
+	l.mu.Lock()
+	for _, it := range own {
+		it.summing = false
+	}
+	clear(own)
+	l.own = own[:0]
+	l.summers--
+	if l.wwait {
+		l.wwait = false
+		l.cond.Broadcast()
+	}
 }
 
 // dropFenceLocked takes back the fence at the queue's tail if none of it
@@ -67,7 +107,7 @@ func (l *link) dropFenceLocked() {
 		return
 	}
 	it := l.q[len(l.q)-1]
-	if !it.fence || it.started {
+	if !it.fence || it.started || len(l.q)-1 < l.wEnd {
 		return
 	}
 	l.q[len(l.q)-1] = nil
@@ -152,7 +192,6 @@ func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn u
 			h = putUntagged(it.hdr[:], op, last, qn, msn, uint32(off), chunk)
 		}
 		it.vec = append(it.vec[:0], h)
-		s := l.sum(0, h)
 		for k := chunk; k > 0; {
 			b := segs[si][so:]
 			if len(b) > k {
@@ -160,7 +199,6 @@ func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn u
 			}
 			if len(b) > 0 {
 				it.vec = append(it.vec, b)
-				s = l.sum(s, b)
 			}
 			k -= len(b)
 			so += len(b)
@@ -168,7 +206,11 @@ func (l *link) pushData(tagged bool, op uint8, stag uint32, to uint64, qn, msn u
 				si, so = si+1, 0
 			}
 		}
-		it.vec = append(it.vec, trailer(it.tail[:], s, len(h)-2+chunk, l.crc))
+		// The CRC, if CRCs are on, is computed outside mu: by Transmit
+		// (sumOwnLocked), else by the goroutine that writes the FPDU
+		// (flushLocked).
+		it.vec = append(it.vec, trailer(it.tail[:], 0, len(h)-2+chunk, false))
+		it.sumLater, it.ulpdu = l.crc, len(h)-2+chunk
 		it.iov = it.vec
 		l.q = append(l.q, it)
 		if kind == itemCtl {
@@ -196,11 +238,24 @@ func (l *link) item(kind uint8) *txItem {
 
 // flushLocked writes queued FPDUs while the socket takes them, without
 // blocking; when it takes no more, the writer goroutine waits for room.
+// One goroutine writes at a time (writing): it releases mu during each
+// writev, so that the receiver completing messages, or a Transmit
+// queueing more, does not wait behind a write of up to maxWrite bytes; a
+// flushLocked called meanwhile returns at once, its FPDUs written by the
+// goroutine writing, which goes on while the queue holds any. The items
+// of the write in flight (l.q[l.qh:l.wEnd]) are neither dropped nor
+// detached until it returns (dropFenceLocked, waitWriteLocked).
 func (l *link) flushLocked() {
-	for l.qh < len(l.q) && !l.gated && l.txErr == nil {
+	if l.writing {
+		return
+	}
+	l.writing = true
+	defer l.wroteLocked()
+	for l.qh < len(l.q) && !l.gated && l.txErr == nil && !l.closing && !l.wwait {
 		bufs := l.gather[:0]
 		size := 0
-		for i := l.qh; i < len(l.q) && len(bufs)+len(l.q[i].iov) <= maxIov && size < maxWrite; i++ {
+		i := l.qh
+		for ; i < len(l.q) && !l.q[i].summing && len(bufs)+len(l.q[i].iov) <= maxIov && size < maxWrite; i++ {
 			it := l.q[i]
 			for _, b := range it.iov {
 				size += len(b)
@@ -212,14 +267,28 @@ func (l *link) flushLocked() {
 				// its requester deregister the region) while this
 				// side still holds it.
 				bufs = append(bufs, it.iov[:len(it.iov)-1]...)
+				i++
 				break
 			}
 			bufs = append(bufs, it.iov...)
 		}
+		if i == l.qh {
+			break // its CRC is being computed: its Transmit writes it
+		}
 		l.gather = bufs
+		l.wEnd = i
+		inflight := l.q[l.qh:i]
+		l.mu.Unlock()
+		for _, it := range inflight {
+			if it.sumLater {
+				it.sum()
+			}
+		}
 		n, err := l.iov.writev(l.fd, bufs)
+		l.mu.Lock()
 		clear(bufs)
 		if err == errWouldBlock {
+			l.wEnd = l.qh
 			if !l.blocked {
 				l.blocked = true
 				l.wcond.Signal()
@@ -227,14 +296,48 @@ func (l *link) flushLocked() {
 			return
 		}
 		if err != nil {
+			l.wEnd = l.qh
 			l.txErr = err
 			l.cond.Broadcast()
 			l.wcond.Signal()
 			return
 		}
 		l.advanceLocked(n)
+		l.wEnd = l.qh
 	}
 	l.blocked = false
+}
+
+// sum computes the CRC of an FPDU queued by pushData and puts it in its
+// trailer. Its goroutine alone writes the FPDU (flushLocked's writing),
+// before any byte of it is written.
+func (it *txItem) sum() {
+	var s uint32
+	for _, b := range it.vec[:len(it.vec)-1] {
+		s = crcUpdate(s, b)
+	}
+	trailer(it.tail[:], s, it.ulpdu, true)
+	it.sumLater = false
+}
+
+// wroteLocked ends flushLocked's turn at writing.
+func (l *link) wroteLocked() {
+	l.writing = false
+	l.wEnd = l.qh
+	if l.wwait {
+		l.wwait = false
+		l.cond.Broadcast()
+	}
+}
+
+// waitWriteLocked waits until no goroutine is in a writev of this link's
+// queue (a non-blocking call: the wait is short) nor computes the CRCs of
+// queued FPDUs (sumOwnLocked). l.mu is held.
+func (l *link) waitWriteLocked() {
+	for l.writing || l.summers > 0 {
+		l.wwait = true
+		l.cond.Wait()
+	}
 }
 
 // advanceLocked takes n written bytes off the queue.

@@ -51,6 +51,7 @@ func (l *link) Terminate(cause error) {
 // queued FPDUs of messages and READ responses, but for the one being
 // written, whose rest is copied so that the stream stays well framed.
 func (l *link) detachLocked() {
+	l.waitWriteLocked()
 	clear(l.recs)
 	l.recs, l.rh = l.recs[:0], 0
 	keep := l.q[:0]
@@ -371,6 +372,10 @@ func (l *link) finishRx() {
 			break
 		}
 	}
+	l.mu.Lock()
+	l.closing = true
+	l.waitWriteLocked()
+	l.mu.Unlock()
 	l.c.Close()
 	l.mu.Lock()
 	for l.qh < len(l.q) {
