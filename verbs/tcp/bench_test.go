@@ -83,7 +83,7 @@ type benchPair struct {
 	pda, pdb *verbs.PD
 }
 
-func newBenchPair(b *testing.B, opts ...tcp.Option) *benchPair {
+func newBenchPair(b testing.TB, opts ...tcp.Option) *benchPair {
 	b.Helper()
 	pa, pb := tcp.New(opts...), tcp.New(opts...)
 	b.Cleanup(func() { pa.Close(); pb.Close() })
