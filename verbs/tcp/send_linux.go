@@ -239,7 +239,7 @@ func (l *link) item(kind uint8) *txItem {
 // flushLocked writes queued FPDUs while the socket takes them, without
 // blocking; when it takes no more, the writer goroutine waits for room.
 // One goroutine writes at a time (writing): it releases mu during each
-// writev, so that the receiver completing messages, or a Transmit
+// writev of unlockWrite bytes or more, so that the receiver completing messages, or a Transmit
 // queueing more, does not wait behind a write of up to maxWrite bytes; a
 // flushLocked called meanwhile returns at once, its FPDUs written by the
 // goroutine writing, which goes on while the queue holds any. The items
@@ -278,14 +278,19 @@ func (l *link) flushLocked() {
 		l.gather = bufs
 		l.wEnd = i
 		inflight := l.q[l.qh:i]
-		l.mu.Unlock()
+		unlock := size >= unlockWrite
+		if unlock {
+			l.mu.Unlock()
+		}
 		for _, it := range inflight {
 			if it.sumLater {
 				it.sum()
 			}
 		}
 		n, err := l.iov.writev(l.fd, bufs)
-		l.mu.Lock()
+		if unlock {
+			l.mu.Lock()
+		}
 		clear(bufs)
 		if err == errWouldBlock {
 			l.wEnd = l.qh
@@ -319,6 +324,12 @@ func (it *txItem) sum() {
 	trailer(it.tail[:], s, it.ulpdu, true)
 	it.sumLater = false
 }
+
+// unlockWrite is the size from which flushLocked releases l.mu during a
+// writev: a shorter one takes less time than the release and the wake of
+// a goroutine waiting for l.mu (the round trip of small messages, whose
+// receiver waits for a reply's Transmit to write its held answers).
+const unlockWrite = 64 << 10
 
 // wroteLocked ends flushLocked's turn at writing.
 func (l *link) wroteLocked() {
