@@ -335,6 +335,9 @@ const unlockWrite = 64 << 10
 func (l *link) wroteLocked() {
 	l.writing = false
 	l.wEnd = l.qh
+	if l.blocked || l.finish {
+		l.wcond.Signal() // the writer may wait for this write's end
+	}
 	if l.wwait {
 		l.wwait = false
 		l.cond.Broadcast()
@@ -405,7 +408,11 @@ func (l *link) writer() {
 	rc, err := l.c.SyscallConn()
 	for {
 		l.mu.Lock()
-		for !(l.blocked && !l.gated) && !l.finish && l.txErr == nil {
+		// While another goroutine writes, the writer waits for its end
+		// (wroteLocked), not for room: that goroutine's EAGAIN may have
+		// come before the room the writer was woken for, which wakes the
+		// poller no more.
+		for (l.writing || !(l.blocked && !l.gated) && !l.finish) && l.txErr == nil {
 			l.wcond.Wait()
 		}
 		if l.txErr != nil || err != nil {
@@ -421,6 +428,9 @@ func (l *link) writer() {
 		werr := rc.Write(func(uintptr) bool {
 			l.mu.Lock()
 			defer l.mu.Unlock()
+			if l.writing {
+				return true
+			}
 			l.flushLocked()
 			return !l.blocked || l.gated || l.txErr != nil
 		})
