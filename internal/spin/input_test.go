@@ -119,20 +119,7 @@ func TestSpinEndsForWaitingInput(t *testing.T) {
 // waiting and probes: the first sight ends the probing spin only; a second
 // one ends every spin for a while.
 func TestInputWaitingAtFirstSight(t *testing.T) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
-	if _, err := unix.Write(p[1], []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	in := NewInput()
-	in.SetFD(uintptr(p[0]))
-	in.Park(true)
-	defer in.Park(false)
-	defer Watch(in)()
+	watchParkedWithInput(t)
 	inputs.probe.Lock()
 	inputs.seen = 0
 	inputs.probe.Unlock()
@@ -155,20 +142,7 @@ func TestInputWaitingAtFirstSight(t *testing.T) {
 // TestSpinProbesAtFirstCheck has a watched reader parked with a byte
 // waiting when a spin begins: its first check already ends it.
 func TestSpinProbesAtFirstCheck(t *testing.T) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
-	if _, err := unix.Write(p[1], []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	in := NewInput()
-	in.SetFD(uintptr(p[0]))
-	in.Park(true)
-	defer in.Park(false)
-	defer Watch(in)()
+	watchParkedWithInput(t)
 	inputs.probe.Lock()
 	inputs.seen = 0
 	inputs.next.Store(0)
@@ -178,4 +152,22 @@ func TestSpinProbesAtFirstCheck(t *testing.T) {
 	if v := s.Next(); v != Block {
 		t.Fatalf("first check of a spin with input waiting: verdict %d, want Block (%d)", v, Block)
 	}
+}
+
+// watchParkedWithInput watches, until the test ends, an input whose reader
+// is parked with a byte waiting on its pipe.
+func watchParkedWithInput(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+	if _, err := unix.Write(p[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput()
+	in.SetFD(uintptr(p[0]))
+	in.Park(true)
+	unwatch := Watch(in)
+	t.Cleanup(func() { unwatch(); in.Park(false) })
 }

@@ -31,16 +31,7 @@ func TestLargeMessages(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			bp := newBenchPair(t, mode.opts...)
 			const max = 1<<20 + 7
-			src := make([]byte, max)
-			dst := make([]byte, max)
-			smr, err := bp.pda.RegisterMR(src, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dmr, err := bp.pdb.RegisterMR(dst, mreg.LocalWrite|mreg.RemoteWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, dst, smr, dmr := bp.regions(t, max)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			wcs := make([]verbs.WC, 1)
@@ -91,16 +82,7 @@ func TestLargeMessages(t *testing.T) {
 func TestWriterWakesForRoom(t *testing.T) {
 	bp := newBenchPair(t, tcp.WithoutCRC())
 	const n, k = 256 << 10, 32
-	src := make([]byte, n)
-	dst := make([]byte, n)
-	smr, err := bp.pda.RegisterMR(src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dmr, err := bp.pdb.RegisterMR(dst, mreg.LocalWrite|mreg.RemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, smr, dmr := bp.regions(t, n)
 	wcs := make([]verbs.WC, k)
 	end := time.Now().Add(3 * time.Second)
 	for round := 0; time.Now().Before(end); round++ {
@@ -125,4 +107,20 @@ func TestWriterWakesForRoom(t *testing.T) {
 			got += m
 		}
 	}
+}
+
+// regions registers n bytes at each end: src at the initiator, readable,
+// and dst at the target, which the initiator may write.
+func (bp *benchPair) regions(t *testing.T, n int) (src, dst []byte, smr, dmr *verbs.MR) {
+	t.Helper()
+	src, dst = make([]byte, n), make([]byte, n)
+	smr, err := bp.pda.RegisterMR(src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmr, err = bp.pdb.RegisterMR(dst, mreg.LocalWrite|mreg.RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, dst, smr, dmr
 }
