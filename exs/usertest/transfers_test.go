@@ -203,3 +203,55 @@ func TestTimeoutModesUser(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvertisedRecvGoesDirect checks what Stats tells a user about the
+// path of a send, in dynamic mode: once the peer's recv is advertised and
+// the ADVERT has reached this end (AdvertsReceived), a send that fits the
+// recv goes directly into it, none of its bytes through the stream buffer.
+func TestAdvertisedRecvGoesDirect(t *testing.T) {
+	const size = 256 << 10
+	for _, af := range addrFuncs {
+		t.Run(af.name, func(t *testing.T) {
+			st := newStack(t)
+			q := newQueue(t, st, 16)
+			c, s := connected(t, st, q, af.addr(t), exs.SockStream, exs.WithMode(exs.ModeDynamic))
+			rbuf, wbuf := make([]byte, size), bytes.Repeat([]byte("advert"), size/6+1)[:size]
+			for round := range 4 {
+				before := c.Stats()
+				if err := s.Recv(q, rbuf, nil, exs.MsgWaitAll, "recv"); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for c.Stats().AdvertsReceived == before.AdvertsReceived {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: the recv's ADVERT never reached the sender: %+v", round, c.Stats())
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				if err := c.Send(q, wbuf, nil, 0, "send"); err != nil {
+					t.Fatal(err)
+				}
+				// The two events come in either order.
+				evs := map[any]exs.Event{}
+				for range 2 {
+					ev, err := next(q)
+					if err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
+					evs[ev.User] = ev
+				}
+				if ev := evs["recv"]; ev.Type != exs.EventRecv || ev.Err != nil || ev.N != size || !bytes.Equal(rbuf, wbuf) {
+					t.Fatalf("round %d: recv %v of %d bytes (%v), content equal %v", round, ev.Type, ev.N, ev.Err, bytes.Equal(rbuf, wbuf))
+				}
+				if ev := evs["send"]; ev.Type != exs.EventSend || ev.Err != nil || ev.N != size {
+					t.Fatalf("round %d: send %v of %d bytes (%v)", round, ev.Type, ev.N, ev.Err)
+				}
+				after := c.Stats()
+				if d, i := after.BytesDirect-before.BytesDirect, after.BytesIndirect-before.BytesIndirect; d != size || i != 0 {
+					t.Errorf("round %d: %d bytes direct and %d through the stream buffer, want all %d direct", round, d, i, size)
+				}
+				clear(rbuf)
+			}
+		})
+	}
+}
