@@ -192,6 +192,21 @@ func (m *Message) Segments() [][]byte {
 	return m.w.segs[:len(m.w.sgl)]
 }
 
+// Unconfirmed reports whether, on the initiator's side, a provider may
+// leave m's outcome unreported for a while: m is an unsignaled SEND or
+// RDMA WRITE (its success posts no completion) and, when it was handed
+// over, its send queue was at most half full. A provider that learns of
+// delivery by a round trip of its own (the TCP provider's fences) may then
+// have a later message's confirmation cover m, as long as it reports m's
+// outcome within a bounded time even if nothing follows: until then m
+// holds its send-queue slot and its completion-queue reservation, and a
+// disconnect flushes it (a flushed work request completes with
+// StatusFlushed, signaled or not). It returns false for a Message a
+// provider built.
+func (m *Message) Unconfirmed() bool {
+	return m.w != nil && m.w.lazy
+}
+
 // RegistrationObserver is an optional ability of a Provider: one that
 // places data without the target's help (the same-host provider writing
 // into a peer process's memory) must publish each protection domain's

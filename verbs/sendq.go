@@ -22,6 +22,7 @@ type sendWQE struct {
 	wrID     uint64
 	op       Opcode
 	signaled bool
+	lazy     bool // Message.Unconfirmed, set as it is handed over
 	phase    uint8
 	status   Status
 	looked   bool           // refs and segs hold the local lookups
@@ -308,6 +309,7 @@ func (qp *QP) runSend() {
 		w.phase = phaseInflight
 		w.ep = ep
 		w.seq = sq.next - 1
+		w.lazy = !w.signaled && w.op != OpRead && int(sq.tail-sq.head) <= len(sq.ring)/2
 		sq.mu.Unlock()
 
 		done, err := qp.execute(w, ep)

@@ -136,12 +136,15 @@ type linkTx struct {
 	blocked     bool      // the socket took not everything: the writer waits for room
 	finish      bool      // the writer writes what is left, then shuts writing down
 	txErr       error
-	mssAuto     bool      // pay follows the connection's MSS (no WithSegmentSize)
-	mssNext     time.Time // when Transmit may read the MSS again
-	respPending int       // READ responses with data not yet written
-	ctlQueued   int       // control FPDUs queued (ctlAddedLocked)
-	ctlPeak     int       // the most ctlQueued has been
-	ctlHeld     bool      // control FPDUs wait for the receiver to be idle (or any write: cleared once the queue drains)
+	mssAuto     bool        // pay follows the connection's MSS (no WithSegmentSize)
+	mssNext     time.Time   // when Transmit may read the MSS again
+	respPending int         // READ responses with data not yet written
+	ctlQueued   int         // control FPDUs queued (ctlAddedLocked)
+	ctlPeak     int         // the most ctlQueued has been
+	ctlHeld     bool        // control FPDUs wait for the receiver to be idle (or any write: cleared once the queue drains)
+	lazy        bool        // messages went without a fence since the last fence or READ (lazyFenceLocked)
+	lazyArmed   bool        // lazyTimer will send a fence
+	lazyTimer   *time.Timer // fenceIdle; stopped once the link ends
 
 	// The messages in flight.
 	sendMSN uint32 // next QN 0 MSN

@@ -7,6 +7,7 @@ package tcp
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/exsgo/exs/verbs"
 )
@@ -21,9 +22,15 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 	if l.term {
 		return true, verbs.ErrClosed
 	}
-	// A fence not yet written at the queue's tail goes: the one after
-	// this message (or its own response, for a READ) covers the same.
-	l.dropFenceLocked()
+	// An unsignaled SEND or WRITE goes without a fence of its own: a
+	// later one covers it (lazyFenceLocked).
+	lazy := m.Unconfirmed()
+	if !lazy {
+		// A fence not yet written at the queue's tail goes: the one
+		// after this message (or its own response, for a READ) covers
+		// the same.
+		l.dropFenceLocked()
+	}
 	start := len(l.q)
 	segs := m.Segments()
 	r := record{m: m}
@@ -54,7 +61,12 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 		return true, fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, m.Op)
 	}
 	l.recs = append(l.recs, r)
-	if m.Op != verbs.OpRead {
+	switch {
+	case m.Op == verbs.OpRead:
+		l.lazy = false // its response confirms what went before
+	case lazy:
+		l.lazyFenceLocked()
+	default:
 		l.pushFenceLocked(0)
 	}
 	if l.crc {
@@ -118,10 +130,46 @@ func (l *link) dropFenceLocked() {
 	l.readMSN--
 }
 
+// lazyConfirm is how long, at most, an unsignaled SEND or WRITE that went
+// without a fence waits for one: if no signaled message, READ or message
+// sent with the send queue half full brought one meanwhile, a fence goes
+// alone (fenceIdle). It bounds how long such a message holds its send
+// queue slot once delivered.
+const lazyConfirm = time.Millisecond
+
+// lazyFenceLocked records that a message went without a fence and, if
+// none is due yet, arms the timer that sends one (fenceIdle).
+func (l *link) lazyFenceLocked() {
+	l.lazy = true
+	if l.lazyArmed {
+		return
+	}
+	l.lazyArmed = true
+	if l.lazyTimer == nil {
+		l.lazyTimer = time.AfterFunc(lazyConfirm, l.fenceIdle)
+	} else {
+		l.lazyTimer.Reset(lazyConfirm)
+	}
+}
+
+// fenceIdle sends a fence for the messages that went without one, if no
+// later fence or READ covered them meanwhile.
+func (l *link) fenceIdle() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lazyArmed = false
+	if !l.lazy || l.term {
+		return
+	}
+	l.pushFenceLocked(0)
+	l.flushLocked()
+}
+
 // pushFenceLocked queues a zero-length READ of no memory (params is its
 // Data Source Tagged Offset: zero for a fence, the parameters for the
 // ready-to-receive message) and records it.
 func (l *link) pushFenceLocked(params uint64) {
+	l.lazy = false
 	l.recs = append(l.recs, record{kind: recFence, rmsn: l.readMSN})
 	rr := readRequest{srcTO: params}
 	l.pushReadLocked(&rr)

@@ -19,7 +19,9 @@
 // RDMA WRITE) completes only once the target has it. The provider learns
 // it as iWARP applications do: with a zero-length RDMA Read (a fence) sent
 // after the messages it confirms, whose response the target sends only
-// once it has placed and delivered every message before it. See
+// once it has placed and delivered every message before it. An unsignaled
+// SEND or WRITE, which has no completion of its own, leaves its fence to a
+// later message, or to one sent alone a millisecond later. See
 // docs/verbs.md, "The TCP provider", for the wire format, the checks and
 // the completion rules.
 //

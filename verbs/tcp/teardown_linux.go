@@ -52,6 +52,10 @@ func (l *link) Terminate(cause error) {
 // written, whose rest is copied so that the stream stays well framed.
 func (l *link) detachLocked() {
 	l.waitWriteLocked()
+	if l.lazyTimer != nil {
+		l.lazyTimer.Stop()
+	}
+	l.lazy = false
 	clear(l.recs)
 	l.recs, l.rh = l.recs[:0], 0
 	keep := l.q[:0]
