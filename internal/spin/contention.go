@@ -20,6 +20,17 @@ import (
 // (runtime.NumCPU): in a container given a few of a large host's CPUs, the
 // host's other threads count too and spins are cut more often than they
 // need be; under a CPU quota alone, less often.
+//
+// Spins are cut only in a process that runs on one P (GOMAXPROCS 1). With
+// more Ps a cut spin does not give its CPU away: while a P is idle, every
+// runtime.Gosched of the process's other spinning goroutines, and every
+// wake-up of one of its goroutines, wakes a thread for that P
+// (runtime.wakep, a futex wake-up), which looks for work and sleeps again,
+// so the cut adds wake-ups and frees little. Two exs processes streaming
+// 64-byte messages with Go's default GOMAXPROCS on 2 vCPUs, each process
+// cutting its spins for the other's threads, ran at 0.33-0.61 M msgs/s
+// with the cut and 0.93-1.16 without it (docs/performance.md, "64 B
+// message rate at Go's default GOMAXPROCS").
 
 // ContendedSpin is the longest spin while the CPUs are contended.
 const ContendedSpin = 5 * time.Microsecond
@@ -54,8 +65,11 @@ type detector struct {
 	until atomic.Int64 // contended before this time
 	n     atomic.Uint64
 	mu    sync.Mutex // the sampler; TryLock, so that spinners never wait
-	avg   int64      // running average of the samples, times fixed, under mu
-	valid bool       // avg holds a sample, under mu
+	// procs returns GOMAXPROCS (runtime.GOMAXPROCS if nil), read at each
+	// sample: with more than one P the CPUs never count as contended.
+	procs func() int
+	avg   int64 // running average of the samples, times fixed, under mu
+	valid bool  // avg holds a sample, under mu
 }
 
 // contended reports whether the CPUs count as contended at now.
@@ -75,6 +89,17 @@ func (d *detector) sample(now int64, read func() (int64, bool)) {
 		return
 	}
 	d.next.Store(now + int64(window))
+	procs := d.procs
+	if procs == nil {
+		procs = gomaxprocs
+	}
+	if procs() > 1 {
+		// No cut with more than one P (above); a sample with one P
+		// later starts the average afresh.
+		d.until.Store(0)
+		d.valid = false
+		return
+	}
 	if r, ok := read(); ok {
 		d.observeLocked(now, r)
 	}
@@ -95,6 +120,9 @@ func (d *detector) observeLocked(now, runnable int64) {
 		d.until.Store(now + int64(hold))
 	}
 }
+
+// gomaxprocs returns the process's GOMAXPROCS.
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
 
 // proc is the process's detector.
 var proc detector

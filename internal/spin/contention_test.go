@@ -27,10 +27,21 @@ func TestDetector(t *testing.T) {
 		{"busy for a while", []sample{{0, idle}, {10, busy}, {20, busy}, {30, busy}}, []int64{31, 129, 131}, []bool{true, true, false}, 1},
 		{"samples within a window are skipped", []sample{{0, idle}, {5, 100}, {10, idle}}, []int64{11}, []bool{false}, 0},
 		{"held, then contended again", []sample{{0, busy}, {10, idle}, {200, busy}, {210, busy}, {220, busy}}, []int64{221}, []bool{true}, 2},
+		{"more than one P: never contended", []sample{{0, -busy}, {10, -busy}, {20, -busy}}, []int64{1, 21}, []bool{false, false}, 0},
+		{"more than one P ends a contention", []sample{{0, busy}, {10, -busy}}, []int64{11}, []bool{false}, 1},
+		{"one P again: the average starts afresh", []sample{{0, busy}, {10, -busy}, {20, idle}, {30, idle}}, []int64{31}, []bool{false}, 1},
+		{"one P again: contended again", []sample{{0, -busy}, {10, busy}}, []int64{11}, []bool{true}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d detector
+			procs := 1
+			d.procs = func() int { return procs }
 			for _, s := range tc.samples {
+				// A negative count: a sample taken with two Ps.
+				procs = 1
+				if s.runnable < 0 {
+					procs, s.runnable = 2, -s.runnable
+				}
 				if d.due(s.at * ms) {
 					d.sample(s.at*ms, func() (int64, bool) { return s.runnable, true })
 				}
@@ -51,10 +62,11 @@ func TestDetector(t *testing.T) {
 
 // TestLimitCut checks that contended CPUs cut long spins only.
 func TestLimitCut(t *testing.T) {
-	saved := proc.until.Load()
-	defer proc.until.Store(saved)
+	saved, savedNext := proc.until.Load(), proc.next.Load()
+	defer func() { proc.until.Store(saved); proc.next.Store(savedNext) }()
 	now := time.Now()
 	proc.until.Store(int64(now.Sub(epoch)) + int64(time.Hour))
+	proc.next.Store(int64(now.Sub(epoch)) + int64(time.Hour)) // no sample meanwhile
 	for _, tc := range []struct{ d, want time.Duration }{
 		{50 * time.Microsecond, ContendedSpin},
 		{ContendedSpin, ContendedSpin},
@@ -118,7 +130,7 @@ func TestRunnable(t *testing.T) {
 // goroutine samples nor reads before it is due, and that a failed read
 // changes nothing.
 func TestSampleOneAtATime(t *testing.T) {
-	var d detector
+	d := detector{procs: func() int { return 1 }}
 	reads := 0
 	read := func() (int64, bool) { reads++; return 1, true }
 	d.mu.Lock()
