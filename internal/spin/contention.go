@@ -2,6 +2,7 @@ package spin
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,15 +22,17 @@ import (
 // host's other threads count too and spins are cut more often than they
 // need be; under a CPU quota alone, less often.
 //
-// Spins are cut only in a process that runs on one P (GOMAXPROCS 1). With
-// more Ps a cut spin does not give its CPU away: while a P is idle, every
-// runtime.Gosched of the process's other spinning goroutines, and every
-// wake-up of one of its goroutines, wakes a thread for that P
-// (runtime.wakep, a futex wake-up), which looks for work and sleeps again,
-// so the cut adds wake-ups and frees little. Two exs processes streaming
-// 64-byte messages with Go's default GOMAXPROCS on 2 vCPUs, each process
-// cutting its spins for the other's threads, ran at 0.33-0.61 M msgs/s
-// with the cut and 0.93-1.16 without it (docs/performance.md, "64 B
+// The process's own threads beyond one do not count (the goroutines
+// running in it at the sample, the sampler included, less one): with more
+// than one P, cutting the spins for the process's own threads makes it
+// block where it would have gone on, and while one of its Ps is idle every
+// runtime.Gosched of its other spinning goroutines, and every wake-up of
+// one of them, wakes a thread for that P (runtime.wakep, a futex call).
+// Two exs processes streaming 64-byte messages with Go's default
+// GOMAXPROCS on 2 vCPUs ran at 0.33-0.61 M msgs/s counting their own
+// threads and 0.42-0.72 without them; not cutting at all with more than
+// one P gave 0.93-1.16 there, but lost to the cut beside another process
+// using a CPU (0.16-0.23 against 0.25-0.34) (docs/performance.md, "64 B
 // message rate at Go's default GOMAXPROCS").
 
 // ContendedSpin is the longest spin while the CPUs are contended.
@@ -65,11 +68,12 @@ type detector struct {
 	until atomic.Int64 // contended before this time
 	n     atomic.Uint64
 	mu    sync.Mutex // the sampler; TryLock, so that spinners never wait
-	// procs returns GOMAXPROCS (runtime.GOMAXPROCS if nil), read at each
-	// sample: with more than one P the CPUs never count as contended.
-	procs func() int
-	avg   int64 // running average of the samples, times fixed, under mu
-	valid bool  // avg holds a sample, under mu
+	// own returns how many goroutines of this process run now, the
+	// sampler included (ownRunning if nil), under mu.
+	own     func() int64
+	running [1]metrics.Sample // ownRunning's, under mu
+	avg     int64             // running average of the samples, times fixed, under mu
+	valid   bool              // avg holds a sample, under mu
 }
 
 // contended reports whether the CPUs count as contended at now.
@@ -89,19 +93,12 @@ func (d *detector) sample(now int64, read func() (int64, bool)) {
 		return
 	}
 	d.next.Store(now + int64(window))
-	procs := d.procs
-	if procs == nil {
-		procs = gomaxprocs
-	}
-	if procs() > 1 {
-		// No cut with more than one P (above); a sample with one P
-		// later starts the average afresh.
-		d.until.Store(0)
-		d.valid = false
-		return
-	}
 	if r, ok := read(); ok {
-		d.observeLocked(now, r)
+		own := d.own
+		if own == nil {
+			own = d.ownRunning
+		}
+		d.observeLocked(now, max(r-max(own()-1, 0), 0))
 	}
 }
 
@@ -121,8 +118,17 @@ func (d *detector) observeLocked(now, runnable int64) {
 	}
 }
 
-// gomaxprocs returns the process's GOMAXPROCS.
-func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+// ownRunning returns how many goroutines of this process run now, the
+// caller included: the Ps running Go code. d.mu is held.
+func (d *detector) ownRunning() int64 {
+	s := d.running[:]
+	s[0].Name = "/sched/goroutines/running:goroutines"
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 1
+	}
+	return int64(s[0].Value.Uint64())
+}
 
 // proc is the process's detector.
 var proc detector

@@ -166,8 +166,7 @@ func WithDirectMin(n int) Option {
 // WithSpin sets how long a receiver spins before it sleeps (default
 // DefaultSpin). Zero makes it sleep at once; negative is invalid. While more
 // threads are runnable than the CPUs can run (CPUs shared with other work),
-// spins are cut to 5 us, as exs's adaptive waits are (with GOMAXPROCS 1
-// only). The receiver of a queue
+// spins are cut to 5 us, as exs's adaptive waits are. The receiver of a queue
 // pair created with verbs.QPConfig.BusyPoll never sleeps.
 func WithSpin(d time.Duration) Option {
 	return func(o *options) error {
