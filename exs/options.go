@@ -107,7 +107,8 @@ const (
 	// more threads are runnable than the CPUs can run (CPUs shared with
 	// other work: the kernel's count of runnable threads, averaged, is one
 	// and a half above the CPUs'), the spin is cut to 5 us, so that a
-	// waiter leaves the CPU to the work it waits for.
+	// waiter leaves the CPU to the work it waits for (the process's own
+	// threads beyond one do not count).
 	WaitAdaptive WaitMode = iota + 1
 	// WaitBusyPoll keeps checking, yielding between checks. It keeps a
 	// CPU busy per waiting goroutine. It blocks only while a TCP

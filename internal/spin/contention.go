@@ -2,6 +2,7 @@ package spin
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,19 @@ import (
 // (runtime.NumCPU): in a container given a few of a large host's CPUs, the
 // host's other threads count too and spins are cut more often than they
 // need be; under a CPU quota alone, less often.
+//
+// The process's own threads beyond one do not count (the goroutines
+// running in it at the sample, the sampler included, less one): with more
+// than one P, cutting the spins for the process's own threads makes it
+// block where it would have gone on, and while one of its Ps is idle every
+// runtime.Gosched of its other spinning goroutines, and every wake-up of
+// one of them, wakes a thread for that P (runtime.wakep, a futex call).
+// Two exs processes streaming 64-byte messages with Go's default
+// GOMAXPROCS on 2 vCPUs ran at 0.33-0.61 M msgs/s counting their own
+// threads and 0.42-0.72 without them; not cutting at all with more than
+// one P gave 0.93-1.16 there, but lost to the cut beside another process
+// using a CPU (0.16-0.23 against 0.25-0.34) (docs/performance.md, "64 B
+// message rate at Go's default GOMAXPROCS").
 
 // ContendedSpin is the longest spin while the CPUs are contended.
 const ContendedSpin = 5 * time.Microsecond
@@ -54,8 +68,12 @@ type detector struct {
 	until atomic.Int64 // contended before this time
 	n     atomic.Uint64
 	mu    sync.Mutex // the sampler; TryLock, so that spinners never wait
-	avg   int64      // running average of the samples, times fixed, under mu
-	valid bool       // avg holds a sample, under mu
+	// own returns how many goroutines of this process run now, the
+	// sampler included (ownRunning if nil), under mu.
+	own     func() int64
+	running [1]metrics.Sample // ownRunning's, under mu
+	avg     int64             // running average of the samples, times fixed, under mu
+	valid   bool              // avg holds a sample, under mu
 }
 
 // contended reports whether the CPUs count as contended at now.
@@ -76,7 +94,11 @@ func (d *detector) sample(now int64, read func() (int64, bool)) {
 	}
 	d.next.Store(now + int64(window))
 	if r, ok := read(); ok {
-		d.observeLocked(now, r)
+		own := d.own
+		if own == nil {
+			own = d.ownRunning
+		}
+		d.observeLocked(now, max(r-max(own()-1, 0), 0))
 	}
 }
 
@@ -94,6 +116,18 @@ func (d *detector) observeLocked(now, runnable int64) {
 		}
 		d.until.Store(now + int64(hold))
 	}
+}
+
+// ownRunning returns how many goroutines of this process run now, the
+// caller included: the Ps running Go code. d.mu is held.
+func (d *detector) ownRunning() int64 {
+	s := d.running[:]
+	s[0].Name = "/sched/goroutines/running:goroutines"
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 1
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // proc is the process's detector.

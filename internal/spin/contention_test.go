@@ -11,8 +11,9 @@ import (
 func TestDetector(t *testing.T) {
 	ms := int64(time.Millisecond)
 	cpus := int64(runtime.NumCPU())
-	busy, idle := cpus+3, cpus               // runnable threads, the sampler included
-	type sample struct{ at, runnable int64 } // at in ms
+	busy, idle := cpus+3, cpus // runnable threads, the sampler included
+	// at in ms; own: the process's running goroutines (1 if 0)
+	type sample struct{ at, runnable, own int64 }
 	for _, tc := range []struct {
 		name    string
 		samples []sample
@@ -21,16 +22,23 @@ func TestDetector(t *testing.T) {
 		n       uint64
 	}{
 		{"no samples", nil, []int64{0, 50}, []bool{false, false}, 0},
-		{"idle", []sample{{0, idle}, {10, idle}, {20, idle}}, []int64{21}, []bool{false}, 0},
-		{"a first busy sample counts", []sample{{0, busy}}, []int64{1, 99, 100}, []bool{true, true, false}, 1},
-		{"one busy sample among idle ones is smoothed away", []sample{{0, idle}, {10, idle}, {20, busy}, {30, idle}}, []int64{31}, []bool{false}, 0},
-		{"busy for a while", []sample{{0, idle}, {10, busy}, {20, busy}, {30, busy}}, []int64{31, 129, 131}, []bool{true, true, false}, 1},
-		{"samples within a window are skipped", []sample{{0, idle}, {5, 100}, {10, idle}}, []int64{11}, []bool{false}, 0},
-		{"held, then contended again", []sample{{0, busy}, {10, idle}, {200, busy}, {210, busy}, {220, busy}}, []int64{221}, []bool{true}, 2},
+		{"idle", []sample{{0, idle, 0}, {10, idle, 0}, {20, idle, 0}}, []int64{21}, []bool{false}, 0},
+		{"a first busy sample counts", []sample{{0, busy, 0}}, []int64{1, 99, 100}, []bool{true, true, false}, 1},
+		{"one busy sample among idle ones is smoothed away", []sample{{0, idle, 0}, {10, idle, 0}, {20, busy, 0}, {30, idle, 0}}, []int64{31}, []bool{false}, 0},
+		{"busy for a while", []sample{{0, idle, 0}, {10, busy, 0}, {20, busy, 0}, {30, busy, 0}}, []int64{31, 129, 131}, []bool{true, true, false}, 1},
+		{"samples within a window are skipped", []sample{{0, idle, 0}, {5, 100, 0}, {10, idle, 0}}, []int64{11}, []bool{false}, 0},
+		{"held, then contended again", []sample{{0, busy, 0}, {10, idle, 0}, {200, busy, 0}, {210, busy, 0}, {220, busy, 0}}, []int64{221}, []bool{true}, 2},
+		{"the process's own threads beyond one do not count", []sample{{0, busy, 4}, {10, busy, 4}, {20, busy, 4}}, []int64{21}, []bool{false}, 0},
+		{"its first thread does", []sample{{0, busy, 1}, {10, busy, 1}}, []int64{11}, []bool{true}, 1},
+		{"busy beside the process's threads", []sample{{0, busy + 2, 3}, {10, busy + 2, 3}}, []int64{11}, []bool{true}, 1},
+		{"no fewer than none", []sample{{0, 1, 5}}, []int64{1}, []bool{false}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d detector
+			own := int64(1)
+			d.own = func() int64 { return own }
 			for _, s := range tc.samples {
+				own = max(s.own, 1)
 				if d.due(s.at * ms) {
 					d.sample(s.at*ms, func() (int64, bool) { return s.runnable, true })
 				}
@@ -51,10 +59,11 @@ func TestDetector(t *testing.T) {
 
 // TestLimitCut checks that contended CPUs cut long spins only.
 func TestLimitCut(t *testing.T) {
-	saved := proc.until.Load()
-	defer proc.until.Store(saved)
+	saved, savedNext := proc.until.Load(), proc.next.Load()
+	defer func() { proc.until.Store(saved); proc.next.Store(savedNext) }()
 	now := time.Now()
 	proc.until.Store(int64(now.Sub(epoch)) + int64(time.Hour))
+	proc.next.Store(int64(now.Sub(epoch)) + int64(time.Hour)) // no sample meanwhile
 	for _, tc := range []struct{ d, want time.Duration }{
 		{50 * time.Microsecond, ContendedSpin},
 		{ContendedSpin, ContendedSpin},
@@ -118,7 +127,7 @@ func TestRunnable(t *testing.T) {
 // goroutine samples nor reads before it is due, and that a failed read
 // changes nothing.
 func TestSampleOneAtATime(t *testing.T) {
-	var d detector
+	d := detector{own: func() int64 { return 1 }}
 	reads := 0
 	read := func() (int64, bool) { reads++; return 1, true }
 	d.mu.Lock()
@@ -132,5 +141,19 @@ func TestSampleOneAtATime(t *testing.T) {
 	}
 	if d.contended(int64(window)) {
 		t.Error("a failed read made the CPUs contended")
+	}
+}
+
+// TestOwnRunning reads the runtime's count of running goroutines, without
+// allocating: the caller is one.
+func TestOwnRunning(t *testing.T) {
+	var d detector
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := d.ownRunning(); n < 1 || n > int64(runtime.GOMAXPROCS(0)) {
+		t.Errorf("ownRunning() = %d, want 1 to GOMAXPROCS (%d)", n, runtime.GOMAXPROCS(0))
+	}
+	if a := testing.AllocsPerRun(100, func() { d.ownRunning() }); a != 0 {
+		t.Errorf("ownRunning allocates %v times", a)
 	}
 }
