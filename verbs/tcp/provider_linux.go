@@ -62,14 +62,22 @@ func (p *Provider) Close() error {
 	for _, l := range lns {
 		l.Close()
 	}
-	deadline := time.After(p.opts.linger + p.opts.handshake)
+	// Past the deadline, every connection still open is aborted (a
+	// timer's channel fires once: it cannot be waited for per link).
+	deadline := time.NewTimer(p.opts.linger + p.opts.handshake)
+	defer deadline.Stop()
+	expired := false
 	for _, l := range links {
-		select {
-		case <-l.done:
-		case <-deadline:
-			l.abort()
-			<-l.done
+		if !expired {
+			select {
+			case <-l.done:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
 		}
+		l.abort()
+		<-l.done
 	}
 	return nil
 }
