@@ -321,8 +321,20 @@ func (l *link) streamEnded(err error) bool {
 		return false
 	}
 	l.peerEnded = true
+	if err == io.EOF || errors.Is(err, errPeerGone) {
+		// A connection the kernel aborted reads as ended: its error went
+		// to whichever system call came first, a write's perhaps.
+		l.waitWriteLocked()
+		if errors.Is(l.txErr, syscall.ETIMEDOUT) {
+			err = l.txErr
+		}
+	}
 	l.mu.Unlock()
 	switch {
+	case errors.Is(err, syscall.ETIMEDOUT):
+		// The peer timeout (TCP_USER_TIMEOUT, keepalive) or TCP's
+		// retransmissions gave up: the peer is gone without a word.
+		l.ep.Terminated(fmt.Errorf("%w: tcp: %s: %w", verbs.ErrTerminated, l.silence(), syscall.ETIMEDOUT))
 	case err == io.EOF, errors.Is(err, errPeerGone):
 		l.ep.Terminated(verbs.ErrDisconnected)
 	case errors.Is(err, syscall.ECONNRESET):
@@ -331,6 +343,14 @@ func (l *link) streamEnded(err error) bool {
 		l.ep.Terminated(fmt.Errorf("tcp: connection lost: %w (%w)", syscall.ECONNRESET, err))
 	}
 	return false
+}
+
+// silence describes the peer's silence that timed the connection out.
+func (l *link) silence() string {
+	if d := l.p.opts.peer; d > 0 {
+		return fmt.Sprintf("no answer from the peer for %v", d)
+	}
+	return "no answer from the peer (TCP retransmissions gave up)"
 }
 
 // finishRx closes the connection once the receiver stops: a Terminate if
