@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exsgo/exs/internal/errno"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -334,7 +335,7 @@ func (l *link) streamEnded(err error) bool {
 	case errors.Is(err, syscall.ETIMEDOUT):
 		// The peer timeout (TCP_USER_TIMEOUT, keepalive) or TCP's
 		// retransmissions gave up: the peer is gone without a word.
-		l.ep.Terminated(fmt.Errorf("%w: tcp: %s: %w", verbs.ErrTerminated, l.silence(), syscall.ETIMEDOUT))
+		l.ep.Terminated(fmt.Errorf("%w: tcp: %w%s", verbs.ErrTerminated, errPeerSilent, l.silence()))
 	case err == io.EOF, errors.Is(err, errPeerGone):
 		l.ep.Terminated(verbs.ErrDisconnected)
 	case errors.Is(err, syscall.ECONNRESET):
@@ -345,12 +346,17 @@ func (l *link) streamEnded(err error) bool {
 	return false
 }
 
-// silence describes the peer's silence that timed the connection out.
+// errPeerSilent is the cause of a connection the kernel timed out: the
+// peer timeout (TCP_USER_TIMEOUT, keepalive) or TCP's retransmissions
+// gave up. It matches syscall.ETIMEDOUT.
+var errPeerSilent error = errno.NewTimeout("no answer from the peer", syscall.ETIMEDOUT)
+
+// silence says how long the peer was silent.
 func (l *link) silence() string {
 	if d := l.p.opts.peer; d > 0 {
-		return fmt.Sprintf("no answer from the peer for %v", d)
+		return fmt.Sprintf(" for %v", d)
 	}
-	return "no answer from the peer (TCP retransmissions gave up)"
+	return " (TCP's retransmissions gave up)"
 }
 
 // finishRx closes the connection once the receiver stops: a Terminate if
