@@ -154,6 +154,7 @@ type linkTx struct {
 	term      bool      // Terminate was called
 	termErr   bool      // ... with an error: a Terminate FPDU goes out
 	peerEnded bool      // the peer ended the connection: nothing to tell it
+	aborted   bool      // Provider.Close gave up on the link: no linger
 	rxBusy    bool      // the receiver reads into a message's memory or a WRITE's target
 	rxTerm    *termInfo // the Terminate the receiver decided on
 }

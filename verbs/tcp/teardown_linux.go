@@ -388,6 +388,9 @@ func (l *link) finishRx() {
 	l.cond.Broadcast()
 	l.wcond.Signal()
 	linger := time.Now().Add(l.p.opts.linger)
+	if l.aborted {
+		linger = time.Unix(1, 0)
+	}
 	l.c.SetWriteDeadline(linger)
 	l.c.SetReadDeadline(linger)
 	l.mu.Unlock()
@@ -415,8 +418,12 @@ func (l *link) finishRx() {
 	close(l.done)
 }
 
-// abort makes the link's goroutines give up waiting for the peer.
+// abort makes the link's goroutines give up waiting for the peer, the
+// linger of its end included.
 func (l *link) abort() {
+	l.mu.Lock()
+	l.aborted = true
 	l.c.SetDeadline(time.Unix(1, 0))
+	l.mu.Unlock()
 	l.Terminate(verbs.ErrDisconnected)
 }
