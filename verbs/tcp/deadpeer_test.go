@@ -132,7 +132,9 @@ func connectQPs(t *testing.T, ln *verbs.Listener, acceptor, dialer *qpEnd, dial 
 // B, each of A's both dialed and accepted, makes B vanish, and checks what
 // A sees: a SEND whose data B never acknowledges completes in error, an
 // idle queue pair's RECV is flushed, both about 2 s after B's last word,
-// the queue pairs' Err wrapping ETIMEDOUT; a Disconnect and a Close while
+// a SEND that B held for want of a RECV (A's window shut, its user
+// timeout lifted while B answered) fails a little later, the queue pairs'
+// Err wrapping ETIMEDOUT; a Disconnect and a Close while
 // B is silent return at once; and a live connection in A, idle all along,
 // is kept. Without the peer timeout the SEND would wait for TCP's
 // retransmissions (about 15 minutes), the RECV for the system's keepalive
@@ -182,6 +184,19 @@ func TestDeadPeer(t *testing.T) {
 		connectQPs(t, lnA, a, b, inB)
 		return conn{name + "/accepted", a}
 	}
+	// A SEND of 32 MiB that B holds for want of a RECV: A's window is
+	// shut, B answers A's zero-window probes, A lifts its user timeout;
+	// once B is gone its probes go unanswered.
+	held := pair("held", true)
+	big := make([]byte, 32<<20)
+	bigMR, err := pdA.RegisterMR(big, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.a.qp.PostSend(verbs.SendWR{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{bigMR.SGE(0, len(big))}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
 	var sends, recvs, ends []conn
 	for _, aDials := range []bool{true, false} {
 		sends = append(sends, pair("send", aDials))
@@ -246,6 +261,26 @@ func TestDeadPeer(t *testing.T) {
 			}
 		})
 	}
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+15*time.Second)
+		defer cancel()
+		wcs := make([]verbs.WC, 1)
+		if _, err := held.a.cq.Wait(ctx, wcs, 1); err != nil {
+			t.Errorf("%s: no completion %v after the peer vanished (%v); queue pair error %v", held.name, time.Since(vanished).Round(time.Millisecond), err, held.a.qp.Err())
+			return
+		}
+		took := time.Since(vanished)
+		t.Logf("%s: %v after the peer vanished: %+v, %v", held.name, took.Round(time.Millisecond), wcs[0], held.a.qp.Err())
+		// Two probes unanswered, then the kernel's next probe: the
+		// probes' interval doubles from the RTO while the window is
+		// shut (3.1 s measured).
+		if limit := timeout + 4*time.Second; took > limit {
+			t.Errorf("%s: failed %v after the peer vanished, want at most %v", held.name, took, limit)
+		}
+		if err := held.a.qp.Err(); !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Errorf("%s: queue pair error %v, want ETIMEDOUT", held.name, err)
+		}
+	})
 	wg.Wait()
 	if s := live.qp.State(); s != verbs.StateReadyToSend || live.qp.Err() != nil {
 		t.Errorf("the live connection, idle for %v: state %v, error %v", time.Since(vanished), s, live.qp.Err())

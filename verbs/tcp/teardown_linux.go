@@ -31,6 +31,7 @@ func (l *link) Terminate(cause error) {
 		return
 	}
 	l.term = true
+	l.stopWatchLocked()
 	if !l.peerEnded && !errors.Is(cause, verbs.ErrDisconnected) {
 		l.termErr = true
 	}
@@ -369,6 +370,7 @@ func (l *link) finishRx() {
 		// The endpoint is gone without a Terminate (it was never set
 		// up): end the link here.
 		l.term = true
+		l.stopWatchLocked()
 		l.detachLocked()
 		close(l.termC)
 	}
