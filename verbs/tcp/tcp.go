@@ -131,9 +131,10 @@ func WithLinger(d time.Duration) Option {
 // seconds, at least 1 s), so that an idle connection is probed and
 // aborted after about d too. The kernel aborts such a connection with
 // ETIMEDOUT: the queue pair moves to Error, its work requests are
-// flushed and its Err wraps verbs.ErrTerminated and syscall.ETIMEDOUT
-// (EHOSTUNREACH instead if a router reported the host unreachable
-// meanwhile).
+// flushed and its Err wraps verbs.ErrTerminated and syscall.ETIMEDOUT.
+// (If a router reported the host unreachable meanwhile, the kernel's error
+// is that report's, EHOSTUNREACH say, which the Err wraps as a lost
+// connection, with ECONNRESET.)
 //
 // A peer that is alive but keeps its receive window shut (under
 // verbs.RNRWait it holds a SEND for want of a RECV and reads nothing
