@@ -467,6 +467,11 @@ func (c *conn) onWC(wc *verbs.WC) {
 			// socket, and the first to go disconnects the others): its
 			// operations are canceled, not reset.
 			c.fail(errClosedCanceled, false)
+		case errors.Is(cause, syscall.ETIMEDOUT):
+			// The provider found the peer silent for too long (a host
+			// that vanished): the peer is gone, as after a reset, but
+			// the error says so (ETIMEDOUT, as TCP's).
+			c.fail(fmt.Errorf("%w: %w", ErrTimedOut, cause), true)
 		case wc.Status == verbs.StatusFlushed && errors.Is(cause, syscall.ECONNRESET):
 			c.fail(ErrConnReset, true)
 		case cause != nil:

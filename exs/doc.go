@@ -180,7 +180,21 @@
 //     completes with them first (a short MsgWaitAll recv).
 //
 // Every later recv completes the same way. Sends and shutdowns not yet
-// complete fail with ECONNRESET, and so do later sends. Only the socket's
+// complete fail with ECONNRESET, and so do later sends.
+//
+// A peer that vanishes without a word (its host lost power or its network,
+// a firewall drops everything) is found by its silence: over "tcp" a
+// connection whose peer leaves data unacknowledged, or keepalive probes
+// unanswered, for the provider's peer timeout (30 seconds by default) is
+// taken as gone, and the rule above applies with ETIMEDOUT instead of
+// ECONNRESET: the recvs get what arrived, then an error matching
+// ErrTimedOut and syscall.ETIMEDOUT, and so do the sends not yet complete.
+// To set the timeout, or turn it off (0), give the stack a provider of
+// your own:
+//
+//	st, err := exs.NewStack(exs.WithProvider("tcp", tcp.New(tcp.WithPeerTimeout(10*time.Second))))
+//
+// (close it with tcp.Provider.Close once its stacks are closed). Only the socket's
 // own Close or Cancel discards what it has not received. The orderly end of
 // a connection is therefore: each side shuts down after its last send, and
 // closes once its recvs have seen the peer's end of stream (and its own

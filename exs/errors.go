@@ -60,7 +60,9 @@ var (
 
 	// ErrTimedOut reports a connect that did not complete within its time
 	// limit (WithConnectTimeout, or the deadline of ConnectContext's
-	// context), as rdma_cm's and TCP's connect do. It matches
+	// context), as rdma_cm's and TCP's connect do, and a connection whose
+	// peer stopped answering (the tcp provider's peer timeout: see
+	// "Ending a connection" in the package documentation). It matches
 	// syscall.ETIMEDOUT and os.ErrDeadlineExceeded, and its OpError's
 	// Timeout reports true.
 	ErrTimedOut error = errno.NewTimeout("connection timed out", syscall.ETIMEDOUT, os.ErrDeadlineExceeded)

@@ -47,6 +47,10 @@ func child(role, arg string) int {
 		err = childScale(arg)
 	case "sched":
 		err = childSched(arg)
+	case "vanishing":
+		err = childVanishing(arg)
+	case "survivor":
+		err = childSurvivor(arg)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -159,6 +163,13 @@ type childProcess struct {
 // closed at the end of the test, and the test waits for it to exit.
 func startChild(t testing.TB, role string, arg any) (*childProcess, string) {
 	t.Helper()
+	return startChildVia(t, nil, role, arg)
+}
+
+// startChildVia is startChild with the child run by the command via
+// ("ip netns exec NS", say), which is given the binary and its arguments.
+func startChildVia(t testing.TB, via []string, role string, arg any) (*childProcess, string) {
+	t.Helper()
 	b, err := json.Marshal(arg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +178,8 @@ func startChild(t testing.TB, role string, arg any) (*childProcess, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
+	args := append(append([]string(nil), via...), exe, "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"="+role, childArgEnv+"="+string(b))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -154,11 +154,17 @@ type linkTx struct {
 	rh      int
 
 	// The link's end.
-	term      bool      // Terminate was called
-	termErr   bool      // ... with an error: a Terminate FPDU goes out
-	peerEnded bool      // the peer ended the connection: nothing to tell it
-	rxBusy    bool      // the receiver reads into a message's memory or a WRITE's target
-	rxTerm    *termInfo // the Terminate the receiver decided on
+	term      bool // Terminate was called
+	termErr   bool // ... with an error: a Terminate FPDU goes out
+	peerEnded bool // the peer ended the connection: nothing to tell it
+	aborted   bool // Provider.Close gave up on the link: no linger
+
+	// The window's watch (window_linux.go).
+	watch       *time.Timer
+	utoLifted   bool      // the user timeout is lifted: the window is shut, the peer answers
+	windowLifts int       // how many times it was
+	rxBusy      bool      // the receiver reads into a message's memory or a WRITE's target
+	rxTerm      *termInfo // the Terminate the receiver decided on
 }
 
 // linkRx is the part of a link the receiver goroutine alone touches.
@@ -238,6 +244,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	}
 	l.mu.Lock()
 	l.pushFenceLocked(params)
+	l.startWatchLocked()
 	l.mu.Unlock()
 	return l, nil
 }

@@ -212,11 +212,21 @@ func netnsClient(addr string) error {
 	return nil
 }
 
-// TestTwoHosts creates two network namespaces joined by a veth pair and
-// runs exs between a process in each: 16 MiB over a stream socket, checked
-// byte for byte, and a reply. It needs root and iproute2: outside CI it
-// skips without them; under CI=true it fails.
-func TestTwoHosts(t *testing.T) {
+// hosts is two network namespaces joined by a veth pair: A at ipA on
+// vethA, B at ipB on vethB.
+type hosts struct {
+	ip           string // the ip command
+	nsA, nsB     string
+	vethA, vethB string
+	ipA, ipB     string
+	need         func(format string, args ...any)
+	t            *testing.T
+}
+
+// newHosts creates two network namespaces joined by a veth pair, removed
+// at the end of the test. It needs root and iproute2: outside CI it skips
+// without them; under CI=true it fails.
+func newHosts(t *testing.T) *hosts {
 	need := func(format string, args ...any) {
 		t.Helper()
 		msg := fmt.Sprintf(format, args...)
@@ -232,30 +242,56 @@ func TestTwoHosts(t *testing.T) {
 	if err != nil {
 		need("ip not found: install iproute2")
 	}
-	id := os.Getpid() % 250
-	nsA, nsB := fmt.Sprintf("exs-tcp-a-%d", os.Getpid()), fmt.Sprintf("exs-tcp-b-%d", os.Getpid())
-	vethA, vethB := fmt.Sprintf("exsa%d", os.Getpid()), fmt.Sprintf("exsb%d", os.Getpid())
-	ipA, ipB := fmt.Sprintf("10.213.%d.1", id), fmt.Sprintf("10.213.%d.2", id)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ipCmd, args...).CombinedOutput(); err != nil {
-			need("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	hostSeq++
+	tag := fmt.Sprintf("%d-%d", os.Getpid(), hostSeq)
+	id := (os.Getpid() + hostSeq) % 250
+	h := &hosts{
+		ip:    ipCmd,
+		nsA:   "exs-tcp-a-" + tag,
+		nsB:   "exs-tcp-b-" + tag,
+		vethA: fmt.Sprintf("exsa%d", (os.Getpid()*8+hostSeq)%100000000),
+		vethB: fmt.Sprintf("exsb%d", (os.Getpid()*8+hostSeq)%100000000),
+		ipA:   fmt.Sprintf("10.213.%d.1", id),
+		ipB:   fmt.Sprintf("10.213.%d.2", id),
+		need:  need,
+		t:     t,
 	}
-	ip("netns", "add", nsA)
-	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", nsA).Run() })
-	ip("netns", "add", nsB)
-	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", nsB).Run() })
-	ip("link", "add", vethA, "type", "veth", "peer", "name", vethB)
-	ip("link", "set", vethA, "netns", nsA)
-	ip("link", "set", vethB, "netns", nsB)
-	ip("-n", nsA, "addr", "add", ipA+"/24", "dev", vethA)
-	ip("-n", nsB, "addr", "add", ipB+"/24", "dev", vethB)
-	for _, ns := range []struct{ ns, dev string }{{nsA, vethA}, {nsB, vethB}} {
-		ip("-n", ns.ns, "link", "set", ns.dev, "up")
-		ip("-n", ns.ns, "link", "set", "lo", "up")
+	h.run("netns", "add", h.nsA)
+	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", h.nsA).Run() })
+	h.run("netns", "add", h.nsB)
+	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", h.nsB).Run() })
+	h.run("link", "add", h.vethA, "type", "veth", "peer", "name", h.vethB)
+	h.run("link", "set", h.vethA, "netns", h.nsA)
+	h.run("link", "set", h.vethB, "netns", h.nsB)
+	h.run("-n", h.nsA, "addr", "add", h.ipA+"/24", "dev", h.vethA)
+	h.run("-n", h.nsB, "addr", "add", h.ipB+"/24", "dev", h.vethB)
+	for _, ns := range []struct{ ns, dev string }{{h.nsA, h.vethA}, {h.nsB, h.vethB}} {
+		h.run("-n", ns.ns, "link", "set", ns.dev, "up")
+		h.run("-n", ns.ns, "link", "set", "lo", "up")
 	}
+	return h
+}
 
+// hostSeq numbers the hosts of this process.
+var hostSeq int
+
+// run runs ip with args.
+func (h *hosts) run(args ...string) string {
+	h.t.Helper()
+	out, err := exec.Command(h.ip, args...).CombinedOutput()
+	if err != nil {
+		h.need("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestTwoHosts creates two network namespaces joined by a veth pair and
+// runs exs between a process in each: 16 MiB over a stream socket, checked
+// byte for byte, and a reply. It needs root and iproute2: outside CI it
+// skips without them; under CI=true it fails.
+func TestTwoHosts(t *testing.T) {
+	h := newHosts(t)
+	ipCmd, nsA, nsB, ipA, ipB := h.ip, h.nsA, h.nsB, h.ipA, h.ipB
 	const limit = 60 * time.Second
 	run := func(ns, role, addr string) *childproc.Child {
 		return childproc.StartTest(t, childproc.Spec{

@@ -62,14 +62,22 @@ func (p *Provider) Close() error {
 	for _, l := range lns {
 		l.Close()
 	}
-	deadline := time.After(p.opts.linger + p.opts.handshake)
+	// Past the deadline, every connection still open is aborted (a
+	// timer's channel fires once: it cannot be waited for per link).
+	deadline := time.NewTimer(p.opts.linger + p.opts.handshake)
+	defer deadline.Stop()
+	expired := false
 	for _, l := range links {
-		select {
-		case <-l.done:
-		case <-deadline:
-			l.abort()
-			<-l.done
+		if !expired {
+			select {
+			case <-l.done:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
 		}
+		l.abort()
+		<-l.done
 	}
 	return nil
 }
@@ -104,7 +112,9 @@ func (p *Provider) Listen(addr string) (verbs.LinkListener, error) {
 	if closed {
 		return nil, errProviderClosed
 	}
-	lc := net.ListenConfig{Control: p.control}
+	// Accepted connections inherit the user timeout from the listening
+	// socket and get the keepalive configuration from Accept.
+	lc := net.ListenConfig{Control: p.control, KeepAlive: -1, KeepAliveConfig: keepAlive(p.opts.peer)}
 	nl, err := lc.Listen(context.Background(), "tcp", hp)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
@@ -273,7 +283,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 	if closed {
 		return nil, nil, errProviderClosed
 	}
-	d := net.Dialer{Control: p.control}
+	d := net.Dialer{Control: p.control, KeepAlive: -1, KeepAliveConfig: keepAlive(p.opts.peer)}
 	nc, err := d.DialContext(ctx, "tcp", hp)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tcp: connect %s: %w", addr, err)
@@ -327,19 +337,29 @@ func (p *Provider) Dial(ctx context.Context, addr string, ep *verbs.Endpoint, pr
 }
 
 // control sets the options of a socket before it listens or connects (an
-// accepted socket inherits them from its listener).
+// accepted socket inherits them from its listener): the congestion
+// control and the peer timeout's TCP_USER_TIMEOUT, which covers the MPA
+// handshake too. The keepalive probes are set by net (Dialer and
+// ListenConfig's KeepAliveConfig).
 func (p *Provider) control(_, _ string, c syscall.RawConn) error {
-	if p.opts.cc == "" {
-		return nil
-	}
 	var err error
-	if cerr := c.Control(func(fd uintptr) { err = setCongestion(int(fd), p.opts.cc) }); cerr != nil {
+	cerr := c.Control(func(fd uintptr) {
+		if p.opts.cc != "" {
+			if err = setCongestion(int(fd), p.opts.cc); err != nil {
+				err = fmt.Errorf("tcp: congestion control %q: %w", p.opts.cc, err)
+				return
+			}
+		}
+		if p.opts.peer > 0 {
+			if err = setUserTimeout(int(fd), p.opts.peer); err != nil {
+				err = fmt.Errorf("tcp: peer timeout %v: %w", p.opts.peer, err)
+			}
+		}
+	})
+	if cerr != nil {
 		return cerr
 	}
-	if err != nil {
-		return fmt.Errorf("tcp: congestion control %q: %w", p.opts.cc, err)
-	}
-	return nil
+	return err
 }
 
 // closeGently closes a connection whose reply was written: it shuts its

@@ -469,6 +469,9 @@ func (l *link) deliverHeld() error {
 			case <-t.C:
 				if peerClosed(l.fd) {
 					t.Stop()
+					if err := sockError(l.fd); err != nil {
+						return err // the connection failed (ETIMEDOUT, say)
+					}
 					return errPeerGone
 				}
 			}

@@ -3,8 +3,10 @@ package tcp
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -231,6 +233,16 @@ func peerClosed(fd int) bool {
 	}
 }
 
+// sockError returns (and clears) the socket's pending error (SO_ERROR):
+// nil if none.
+func sockError(fd int) error {
+	n, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil || n == 0 {
+		return nil
+	}
+	return syscall.Errno(n)
+}
+
 // hasInput reports whether fd has input to read (or failed), without
 // waiting.
 func hasInput(fd int) bool {
@@ -256,6 +268,13 @@ func maxSegment(fd int) int {
 // setCongestion sets the socket's TCP congestion control.
 func setCongestion(fd int, name string) error {
 	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+}
+
+// setUserTimeout sets the socket's TCP_USER_TIMEOUT to d, rounded up to
+// a millisecond.
+func setUserTimeout(fd int, d time.Duration) error {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(min(ms, math.MaxInt32)))
 }
 
 // congestion returns the socket's TCP congestion control.

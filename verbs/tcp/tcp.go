@@ -64,6 +64,20 @@ const (
 	// peer to take its last bytes and close its side, before it closes
 	// the socket anyway.
 	DefaultLinger = 2 * time.Second
+	// DefaultPeerTimeout is how long a connection's peer may leave data
+	// unacknowledged, or an idle connection's keepalive probes
+	// unanswered, before the connection is taken as dead
+	// (WithPeerTimeout). An RDMA NIC's reliable connection gives up after
+	// its local ACK timeout (4.096 us x 2^timeout) times its retry count
+	// (at most 7): seconds with the usual settings; TCP alone gives up only after
+	// net.ipv4.tcp_retries2 retransmissions (about 15 minutes) with data
+	// outstanding, and never on an idle connection. 30 s rides out what
+	// a live path does: TCP's retransmission timeout starts at 200 ms and
+	// doubles, so 30 s is 7 retransmissions, which outlast a routing
+	// change or a link flap of several seconds and the round trips of a
+	// loaded intercontinental path; and it is short against the 15
+	// minutes an application would otherwise hang.
+	DefaultPeerTimeout = 30 * time.Second
 )
 
 // Option configures a Provider.
@@ -75,10 +89,11 @@ type options struct {
 	linger    time.Duration
 	segment   int
 	cc        string
+	peer      time.Duration
 }
 
 func defaultOptions() options {
-	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger}
+	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger, peer: DefaultPeerTimeout}
 }
 
 // WithoutCRC asks for no MPA CRC: the provider does not set the CRC flag
@@ -104,6 +119,63 @@ func WithLinger(d time.Duration) Option {
 		if d > 0 {
 			o.linger = d
 		}
+	}
+}
+
+// WithPeerTimeout sets how long the peer of a connection may stay silent
+// before the connection is taken as dead (DefaultPeerTimeout): a host
+// that lost power or its network, or a path that drops everything, sends
+// no FIN or reset, and without this its queue pairs would wait for TCP's
+// retransmissions to give up (about 15 minutes: net.ipv4.tcp_retries2)
+// with data outstanding, and forever on an idle connection. Each
+// connection gets TCP_USER_TIMEOUT d (data unacknowledged for d aborts
+// it) and TCP keepalive probes from d/2 of silence on, every d/6 (whole
+// seconds, at least 1 s), so that an idle connection is probed and
+// aborted after about d too. The kernel aborts such a connection with
+// ETIMEDOUT: the queue pair moves to Error, its work requests are
+// flushed and its Err wraps verbs.ErrTerminated and syscall.ETIMEDOUT.
+// (If a router reported the host unreachable meanwhile, the kernel's error
+// is that report's, EHOSTUNREACH say, which the Err wraps as a lost
+// connection, with ECONNRESET.)
+//
+// A peer that is alive but keeps its receive window shut (under
+// verbs.RNRWait it holds a SEND for want of a RECV and reads nothing
+// more) answers TCP's zero-window probes: while it does, the connection
+// lifts its user timeout, which Linux would otherwise apply to the shut
+// window too. A peer that vanishes while the window is shut is found once
+// it leaves two probes in a row unanswered and the kernel sends the next:
+// the probes' interval doubles while the window stays shut, so the longer
+// it was shut, the later (3 s after for d = 2 s and a window shut 0.3 s
+// before).
+//
+// 0 turns the detection off: no user timeout, no keepalive probes, the
+// system's behaviour. A negative d is ignored.
+func WithPeerTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= 0 {
+			o.peer = d
+		}
+	}
+}
+
+// keepAlive returns the keepalive configuration of a peer timeout d:
+// probes from d/2 of silence on, every d/6, in whole seconds (the unit
+// of TCP_KEEPIDLE and TCP_KEEPINTVL), at least 1 s. With the user
+// timeout set, Linux aborts the connection at the first probe time at
+// which the peer has been silent for d and a probe went unanswered: an
+// idle dead peer is found after d to d + d/6 (2 s for d = 2 s). The
+// count matters only to a kernel that ignores the user timeout there.
+func keepAlive(d time.Duration) net.KeepAliveConfig {
+	if d <= 0 {
+		return net.KeepAliveConfig{}
+	}
+	idle := max((d / 2).Truncate(time.Second), time.Second)
+	intvl := max((d / 6).Truncate(time.Second), time.Second)
+	return net.KeepAliveConfig{
+		Enable:   true,
+		Idle:     idle,
+		Interval: intvl,
+		Count:    int(max(d-idle, 0)/intvl) + 1,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exsgo/exs/internal/errno"
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 )
@@ -30,6 +31,7 @@ func (l *link) Terminate(cause error) {
 		return
 	}
 	l.term = true
+	l.stopWatchLocked()
 	if !l.peerEnded && !errors.Is(cause, verbs.ErrDisconnected) {
 		l.termErr = true
 	}
@@ -325,8 +327,20 @@ func (l *link) streamEnded(err error) bool {
 		return false
 	}
 	l.peerEnded = true
+	if err == io.EOF || errors.Is(err, errPeerGone) {
+		// A connection the kernel aborted reads as ended: its error went
+		// to whichever system call came first, a write's perhaps.
+		l.waitWriteLocked()
+		if errors.Is(l.txErr, syscall.ETIMEDOUT) {
+			err = l.txErr
+		}
+	}
 	l.mu.Unlock()
 	switch {
+	case errors.Is(err, syscall.ETIMEDOUT):
+		// The peer timeout (TCP_USER_TIMEOUT, keepalive) or TCP's
+		// retransmissions gave up: the peer is gone without a word.
+		l.ep.Terminated(fmt.Errorf("%w: tcp: %w%s", verbs.ErrTerminated, errPeerSilent, l.silence()))
 	case err == io.EOF, errors.Is(err, errPeerGone):
 		l.ep.Terminated(verbs.ErrDisconnected)
 	case errors.Is(err, syscall.ECONNRESET):
@@ -335,6 +349,19 @@ func (l *link) streamEnded(err error) bool {
 		l.ep.Terminated(fmt.Errorf("tcp: connection lost: %w (%w)", syscall.ECONNRESET, err))
 	}
 	return false
+}
+
+// errPeerSilent is the cause of a connection the kernel timed out: the
+// peer timeout (TCP_USER_TIMEOUT, keepalive) or TCP's retransmissions
+// gave up. It matches syscall.ETIMEDOUT.
+var errPeerSilent error = errno.NewTimeout("no answer from the peer", syscall.ETIMEDOUT)
+
+// silence says how long the peer was silent.
+func (l *link) silence() string {
+	if d := l.p.opts.peer; d > 0 {
+		return fmt.Sprintf(" for %v", d)
+	}
+	return " (TCP's retransmissions gave up)"
 }
 
 // finishRx closes the connection once the receiver stops: a Terminate if
@@ -347,6 +374,7 @@ func (l *link) finishRx() {
 		// The endpoint is gone without a Terminate (it was never set
 		// up): end the link here.
 		l.term = true
+		l.stopWatchLocked()
 		l.detachLocked()
 		close(l.termC)
 	}
@@ -366,6 +394,9 @@ func (l *link) finishRx() {
 	l.cond.Broadcast()
 	l.wcond.Signal()
 	linger := time.Now().Add(l.p.opts.linger)
+	if l.aborted {
+		linger = time.Unix(1, 0)
+	}
 	l.c.SetWriteDeadline(linger)
 	l.c.SetReadDeadline(linger)
 	l.mu.Unlock()
@@ -393,8 +424,12 @@ func (l *link) finishRx() {
 	close(l.done)
 }
 
-// abort makes the link's goroutines give up waiting for the peer.
+// abort makes the link's goroutines give up waiting for the peer, the
+// linger of its end included.
 func (l *link) abort() {
+	l.mu.Lock()
+	l.aborted = true
 	l.c.SetDeadline(time.Unix(1, 0))
+	l.mu.Unlock()
 	l.Terminate(verbs.ErrDisconnected)
 }
