@@ -189,7 +189,10 @@ func TestQueueSignal(t *testing.T) {
 			if !signaled(ch, 0) {
 				t.Error("channel not signaled after Qdelete")
 			}
-			if _, err := q.Dequeue(evs[:], 1, 0); !errors.Is(err, exs.ErrClosed) {
+			// The goroutine that posted the last event may not have
+			// returned from posting yet: the queue closes once it has
+			// (TestQdeleteAfterLastEvent), so the dequeue waits for it.
+			if _, err := q.Dequeue(evs[:], 1, testTimeout); !errors.Is(err, exs.ErrClosed) {
 				t.Errorf("Dequeue after Qdelete: %v, want ErrClosed", err)
 			}
 		})

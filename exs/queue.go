@@ -164,8 +164,11 @@ func (st *Stack) Qcreate(depth int, opts ...QueueOption) (*Queue, error) {
 // dequeued: after dequeuing the events of every operation posted with q,
 // Qdelete succeeds. Events already queued stay dequeuable; once they are
 // drained, Dequeue returns ErrClosed, as do waiters blocked on the empty
-// queue, which Qdelete wakes. Operations posted with q afterwards fail
-// with ErrClosed. A second Qdelete returns ErrClosed.
+// queue, which Qdelete wakes. (When the goroutine that posted the last
+// event has not yet returned from posting it, the queue closes, and wakes
+// its waiters, as that goroutine returns: a Dequeue that does not wait
+// can report a timeout for that moment.) Operations posted with q
+// afterwards fail with ErrClosed. A second Qdelete returns ErrClosed.
 func (st *Stack) Qdelete(q *Queue) error {
 	switch {
 	case q == nil:
