@@ -189,6 +189,11 @@ func (cq *CQ) reserve(n int) error {
 	return nil
 }
 
+// free returns the slots neither holding a completion nor reserved.
+func (cq *CQ) free() int {
+	return cq.q.Cap() - cq.q.Len() - cq.q.Reserved()
+}
+
 // unreserve gives back n reserved slots.
 func (cq *CQ) unreserve(n int) {
 	if n > 0 {

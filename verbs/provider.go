@@ -195,7 +195,8 @@ func (m *Message) Segments() [][]byte {
 // Unconfirmed reports whether, on the initiator's side, a provider may
 // leave m's outcome unreported for a while: m is an unsignaled SEND or
 // RDMA WRITE (its success posts no completion) and, when it was handed
-// over, its send queue was at most half full. A provider that learns of
+// over, its send queue was at most half full and held no more work
+// requests than its send CQ had free slots. A provider that learns of
 // delivery by a round trip of its own (the TCP provider's fences) may then
 // have a later message's confirmation cover m, as long as it reports m's
 // outcome within a bounded time even if nothing follows: until then m

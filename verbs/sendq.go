@@ -309,7 +309,7 @@ func (qp *QP) runSend() {
 		w.phase = phaseInflight
 		w.ep = ep
 		w.seq = sq.next - 1
-		w.lazy = !w.signaled && w.op != OpRead && int(sq.tail-sq.head) <= len(sq.ring)/2
+		w.lazy = !w.signaled && w.op != OpRead && qp.mayConfirmLateLocked()
 		sq.mu.Unlock()
 
 		done, err := qp.execute(w, ep)
@@ -327,6 +327,18 @@ func (qp *QP) runSend() {
 	}
 	qp.cfg.SendCQ.unreserve(unres)
 	sq.mu.Unlock()
+}
+
+// mayConfirmLateLocked reports whether the unsignaled SEND or WRITE being
+// handed over may be confirmed late (Message.Unconfirmed): until it is, it
+// holds its send-queue slot and its CQ reservation, so the send queue must
+// hold at most half its depth, and no more work requests than its send CQ
+// has free slots. A stream of unsignaled work requests then finds room to
+// post without waiting for the provider's deadline, whichever of the two
+// is the smaller.
+func (qp *QP) mayConfirmLateLocked() bool {
+	held := int(qp.sq.tail - qp.sq.head)
+	return held <= len(qp.sq.ring)/2 && held <= qp.cfg.SendCQ.free()
 }
 
 // flushSendLocked completes every work request still in the queue with

@@ -28,7 +28,8 @@ func (l holdLink) Transmit(m *verbs.Message) (bool, error) {
 // TestMessageUnconfirmed posts work requests one at a time into a send
 // queue of 8 whose provider completes none: a message may be confirmed
 // late only if it is an unsignaled SEND or WRITE handed over while the
-// queue held at most half its depth (itself included).
+// queue held at most half its depth (itself included) and no more work
+// requests than its send CQ had free slots (a CQ of 4: the first two).
 func TestMessageUnconfirmed(t *testing.T) {
 	send := verbs.SendWR{Opcode: verbs.OpSend}
 	signaled := verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Signaled}
@@ -37,16 +38,19 @@ func TestMessageUnconfirmed(t *testing.T) {
 	sendImm := verbs.SendWR{Opcode: verbs.OpSendWithImm}
 	read := verbs.SendWR{Opcode: verbs.OpRead}
 	cases := []struct {
-		name string
-		wrs  []verbs.SendWR
-		want []bool
+		name    string
+		cqDepth int // 16 if zero
+		wrs     []verbs.SendWR
+		want    []bool
 	}{
-		{"unsignaled sends", []verbs.SendWR{send, send, send, send, send, send, send, send},
+		{"unsignaled sends", 0, []verbs.SendWR{send, send, send, send, send, send, send, send},
 			[]bool{true, true, true, true, false, false, false, false}},
-		{"mixed", []verbs.SendWR{send, signaled, read, write, writeImm, sendImm},
+		{"mixed", 0, []verbs.SendWR{send, signaled, read, write, writeImm, sendImm},
 			[]bool{true, false, false, true, false, false}},
-		{"signaled", []verbs.SendWR{signaled, sendImm, signaled},
+		{"signaled", 0, []verbs.SendWR{signaled, sendImm, signaled},
 			[]bool{false, true, false}},
+		{"small CQ", 4, []verbs.SendWR{send, write, send, send},
+			[]bool{true, true, false, false}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +64,11 @@ func TestMessageUnconfirmed(t *testing.T) {
 			}
 			defer dev.Close()
 			pd, _ := dev.AllocPD()
-			cq, _ := dev.CreateCQ(16, verbs.CQOptions{})
+			depth := c.cqDepth
+			if depth == 0 {
+				depth = 16
+			}
+			cq, _ := dev.CreateCQ(depth, verbs.CQOptions{})
 			newQP := func() *verbs.QP {
 				qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 8})
 				if err != nil {

@@ -4,6 +4,7 @@ package tcp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -76,7 +77,8 @@ func rawPair(b *testing.B, cc string) (client, server *net.TCPConn) {
 }
 
 // benchPair is a queue pair of one provider connected over loopback to a
-// queue pair of another, with CQs of depth 256.
+// queue pair of another, with send queues of 128 and CQs of depth 512
+// (newBenchPairCQ: another depth).
 type benchPair struct {
 	qa, qb   *verbs.QP
 	cqa, cqb *verbs.CQ
@@ -84,6 +86,11 @@ type benchPair struct {
 }
 
 func newBenchPair(b testing.TB, opts ...tcp.Option) *benchPair {
+	b.Helper()
+	return newBenchPairCQ(b, 512, opts...)
+}
+
+func newBenchPairCQ(b testing.TB, cqDepth int, opts ...tcp.Option) *benchPair {
 	b.Helper()
 	pa, pb := tcp.New(opts...), tcp.New(opts...)
 	b.Cleanup(func() { pa.Close(); pb.Close() })
@@ -93,7 +100,7 @@ func newBenchPair(b testing.TB, opts ...tcp.Option) *benchPair {
 	bp := &benchPair{}
 	mk := func(d *verbs.Device) (*verbs.PD, *verbs.QP, *verbs.CQ) {
 		pd, _ := d.AllocPD()
-		cq, _ := d.CreateCQ(512, benchCQOpts())
+		cq, _ := d.CreateCQ(cqDepth, benchCQOpts())
 		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 128, RecvDepth: 128})
 		if err != nil {
 			b.Fatal(err)
@@ -209,6 +216,47 @@ func benchWrite(b *testing.B, size int, opts ...tcp.Option) {
 		}
 		out -= n
 		completed += n
+	}
+}
+
+// BenchmarkUnsignaledWrite posts a stream of unsignaled 64 B RDMA WRITEs
+// into a send queue of 128 as fast as they are taken, posting again after
+// an ErrQueueFull, and ends when a signaled one after them completes. With
+// a send CQ of 4 or 16 slots, the CQ's reservations bound the WRITEs in
+// flight, not the send queue.
+func BenchmarkUnsignaledWrite(b *testing.B) {
+	for _, depth := range []int{4, 16, 512} {
+		b.Run(fmt.Sprintf("cq%d", depth), func(b *testing.B) {
+			bp := newBenchPairCQ(b, depth, tcp.WithoutCRC())
+			src := make([]byte, 64)
+			smr, _ := bp.pda.RegisterMR(src, 0)
+			dst := make([]byte, 64)
+			dmr, _ := bp.pdb.RegisterMR(dst, mreg.LocalWrite|mreg.RemoteWrite)
+			wr := verbs.SendWR{Opcode: verbs.OpWrite, SGL: []verbs.SGE{smr.SGE(0, 64)}, RKey: dmr.RKey(), RemoteAddr: dmr.Addr()}
+			post := func() {
+				for {
+					err := bp.qa.PostSend(wr)
+					if err == nil {
+						return
+					}
+					if !errors.Is(err, verbs.ErrQueueFull) {
+						b.Fatal(err)
+					}
+					runtime.Gosched()
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				post()
+			}
+			wr.Flags = verbs.Signaled
+			post()
+			wcs := make([]verbs.WC, 1)
+			if n, err := bp.cqa.Wait(context.Background(), wcs, 1); err != nil || wcs[0].Status != verbs.StatusSuccess {
+				b.Fatalf("completion %+v: %v", wcs[:n], err)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"context"
+	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -98,5 +100,57 @@ func TestUnsignaledFence(t *testing.T) {
 	h.conn.Close()
 	if n, err := h.cq.Wait(ctx, wcs, 1); err != nil || wcs[0].WRID != 4 || wcs[0].Status != verbs.StatusFlushed {
 		t.Fatalf("completions %+v (%v), want WR 4 flushed", wcs[:n], err)
+	}
+}
+
+// TestUnsignaledRead: a READ posted after an unsignaled SEND follows it
+// with no fence between them, and its response confirms the SEND too: no
+// fence comes after it, where one would lazyConfirm after the SEND if the
+// READ did not count.
+func TestUnsignaledRead(t *testing.T) {
+	h := newHostile(t, hostileOpts{policy: verbs.RNRFail})
+	h.expectFence() // the provider's ready-to-receive
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{h.rw.mr.SGE(0, 8)}},
+		{WRID: 2, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{h.rw.mr.SGE(0, 8)}, RKey: 7},
+	}
+	for _, wr := range wrs {
+		if err := h.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hd, _ := h.readFPDU(); hd.op != opSend {
+		t.Fatalf("opcode %d, want the SEND", hd.op)
+	}
+	hd, p := h.readFPDU()
+	rr := parseReadRequest(p)
+	if hd.op != opReadReq || rr.fence() || rr.size != 8 {
+		t.Fatalf("opcode %d, request %+v: want the READ's request of 8 bytes", hd.op, rr)
+	}
+	h.frame(tagged(opReadResp, rr.sinkSTag, rr.sinkTO, true), []byte("readback"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, 2)
+	if n, err := h.cq.Wait(ctx, wcs, 1); err != nil || n != 1 || wcs[0].WRID != 2 || wcs[0].Status != verbs.StatusSuccess {
+		t.Fatalf("completions %+v (%v), want the READ's success alone", wcs[:n], err)
+	}
+	h.conn.SetReadDeadline(time.Now().Add(20 * lazyConfirm))
+	for {
+		hd, err := h.dec.next()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.dec.readFull(make([]byte, hd.payload)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.dec.end(); err != nil {
+			t.Fatal(err)
+		}
+		if hd.op != opReadResp {
+			t.Fatalf("opcode %d after the READ's response, want nothing but answers to fences", hd.op)
+		}
 	}
 }

@@ -132,9 +132,9 @@ func (l *link) dropFenceLocked() {
 
 // lazyConfirm is how long, at most, an unsignaled SEND or WRITE that went
 // without a fence waits for one: if no signaled message, READ or message
-// sent with the send queue half full brought one meanwhile, a fence goes
-// alone (fenceIdle). It bounds how long such a message holds its send
-// queue slot once delivered.
+// handed over with its send queue (or send CQ) fuller brought one
+// meanwhile, a fence goes alone (fenceIdle). It bounds how long such a
+// message holds its send queue slot and CQ reservation once delivered.
 const lazyConfirm = time.Millisecond
 
 // lazyFenceLocked records that a message went without a fence and, if
