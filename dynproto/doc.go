@@ -18,7 +18,8 @@
 // Each input is a method call: the application posts a send (PostSend, or
 // QueueSend then Pump) or a recv (PostRecv, or PostRecvUnadvertised for a
 // recv no ADVERT can name), a frame arrives (OnFrame), the
-// oldest outstanding write completes (WriteDone), the caller copies out of
+// oldest outstanding write completes (WriteDone, or WritesDone for several,
+// such as a transfer's writes, with one Pump), the caller copies out of
 // the stream buffer (Copy), this end shuts down its stream (Shutdown), closes
 // or cancels (Abort), or the connection goes under it (PeerGone). Each method
 // appends the Actions it decides on to the caller's slice: WRITEs to carry

@@ -113,17 +113,35 @@ func (e *Engine) sendFin(out []Action) []Action {
 
 // WriteDone reports that the oldest outstanding write has completed.
 func (e *Engine) WriteDone(out []Action) ([]Action, error) {
-	if e.dead || e.gone {
+	return e.WritesDone(out, 1)
+}
+
+// WritesDone reports that the n oldest outstanding writes have completed,
+// such as the writes of one transfer, which complete with its frame. It
+// appends the actions of n calls of WriteDone, in the same order, and
+// leaves the engine in the same state, but pumps once: a write's
+// completion only completes sends, which lets Pump do nothing new. With
+// fewer than n writes outstanding it completes those and returns the
+// error WriteDone returns for the first one too many. n <= 0 does nothing.
+func (e *Engine) WritesDone(out []Action, n int) ([]Action, error) {
+	if e.dead || e.gone || n <= 0 {
 		return out, nil
 	}
-	if e.writes.Len() == 0 {
-		return out, fmt.Errorf("%w: write completion with no write outstanding", ErrProtocol)
+	var err error
+	if n > e.writes.Len() {
+		n = e.writes.Len()
+		err = fmt.Errorf("%w: write completion with no write outstanding", ErrProtocol)
+		if n == 0 {
+			return out, err
+		}
 	}
-	no := e.writes.Pop()
-	s := e.sends.At(int(no - e.sends.At(0).no))
-	s.writes--
+	head := e.sends.At(0).no
+	for range n {
+		no := e.writes.Pop()
+		e.sends.At(int(no-head)).writes--
+	}
 	out = e.completeSends(out)
-	return e.Pump(out), nil
+	return e.Pump(out), err
 }
 
 // completeSends completes, in order, every send at the head of the queue

@@ -162,7 +162,7 @@ func TestTraceText(t *testing.T) {
 			{End: 0, Kind: sim.MoveWriteDone}, {End: 1, Kind: sim.MoveCopy}, {End: 1, Kind: sim.MoveDrainRecv},
 			{End: 0, Kind: sim.MoveShutdown}, {End: 0, Kind: sim.MoveSend, Chosen: true, Len: 3},
 			{End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 2, WaitAll: true}, {End: 1, Kind: sim.MoveRecv, Chosen: true, Len: 1},
-			{End: 0, Kind: sim.MoveClose}, {End: 1, Kind: sim.MoveLose},
+			{End: 0, Kind: sim.MoveClose}, {End: 1, Kind: sim.MoveLose}, {End: 1, Kind: sim.MoveWritesDone},
 		},
 		Comment: "first line\n\n  indented line\n",
 	}

@@ -178,7 +178,7 @@ func ParseTrace(r io.Reader) (*Trace, error) {
 // moveKinds lists every move kind, for parsing.
 var moveKinds = []sim.MoveKind{
 	sim.MoveSend, sim.MoveShutdown, sim.MoveRecv, sim.MoveDrainRecv,
-	sim.MoveCopy, sim.MoveDeliver, sim.MoveWriteDone, sim.MoveClose, sim.MoveLose,
+	sim.MoveCopy, sim.MoveDeliver, sim.MoveWriteDone, sim.MoveClose, sim.MoveLose, sim.MoveWritesDone,
 }
 
 // ParseMove reads a move in the form sim.Move.String writes ("A:send",

@@ -56,9 +56,11 @@
 package sim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -151,9 +153,13 @@ const (
 	MoveWriteDone                     // complete this endpoint's oldest write whose data was placed
 	MoveClose                         // the application closes this endpoint
 	MoveLose                          // the frames in flight to this endpoint from its closed peer are lost
+	// MoveWritesDone completes at once every write of this endpoint whose
+	// data was placed, when there are two or more (Engine.WritesDone), and
+	// checks that this is what as many MoveWriteDone do.
+	MoveWritesDone
 )
 
-var moveNames = [...]string{"", "send", "shutdown", "recv", "drain-recv", "copy", "deliver", "write-done", "close", "lose"}
+var moveNames = [...]string{"", "send", "shutdown", "recv", "drain-recv", "copy", "deliver", "write-done", "close", "lose", "writes-done"}
 
 func (k MoveKind) String() string { return moveNames[k] }
 
@@ -418,6 +424,9 @@ func (w *World) Moves(ms []Move) []Move {
 		if p.writesDone < p.writesPlaced {
 			ms = append(ms, Move{End: e, Kind: MoveWriteDone})
 		}
+		if p.writesDone+1 < p.writesPlaced {
+			ms = append(ms, Move{End: e, Kind: MoveWritesDone})
+		}
 	}
 	return ms
 }
@@ -512,12 +521,47 @@ func (w *World) Step(m Move) error {
 		if err != nil {
 			w.failf("endpoint %c: %v", 'A'+i, err)
 		}
+	case MoveWritesDone:
+		n := p.writesPlaced - p.writesDone
+		p.writesDone += n
+		acts = w.writesDone(i, acts, n)
 	}
 	w.apply(i, acts)
 	w.acts = acts[:0]
 	w.checkPhases(i)
 	return w.err
 }
+
+// writesDone completes n writes of endpoint i with one WritesDone and
+// checks it against n calls of WriteDone on a copy of the engine: the same
+// actions, in the same order, and the same state after.
+func (w *World) writesDone(i int, acts []dynproto.Action, n int) []dynproto.Action {
+	p := &w.ep[i]
+	c := engineOps.Clone(p.eng)
+	var want []dynproto.Action
+	var err error
+	for range n {
+		if want, err = c.WriteDone(want); err != nil {
+			w.failf("endpoint %c: %v", 'A'+i, err)
+			return acts
+		}
+	}
+	acts, err = p.eng.WritesDone(acts, n)
+	if err != nil {
+		w.failf("endpoint %c: %v", 'A'+i, err)
+		return acts
+	}
+	if !slices.EqualFunc(acts, want, sameAction) {
+		w.failf("endpoint %c: WritesDone(%d) gave %v, %d WriteDone gave %v", 'A'+i, n, acts, n, want)
+	} else if !bytes.Equal(engineOps.AppendKey(p.eng, nil), engineOps.AppendKey(c, nil)) {
+		w.failf("endpoint %c: WritesDone(%d) left another state than %d WriteDone", 'A'+i, n, n)
+	}
+	return acts
+}
+
+// sameAction reports whether two actions are equal, their errors by
+// identity.
+func sameAction(a, b dynproto.Action) bool { return a == b }
 
 func (w *World) trace(i int, format string, args ...any) {
 	if w.Trace != nil {
