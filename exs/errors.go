@@ -60,7 +60,8 @@ var (
 
 	// ErrTimedOut reports a connect that did not complete within its time
 	// limit (WithConnectTimeout, or the deadline of ConnectContext's
-	// context), as rdma_cm's and TCP's connect do, and a connection whose
+	// context), as rdma_cm's and TCP's connect do, an operation ended by
+	// its timeout under WithTimeoutMode(TimeoutEnd), and a connection whose
 	// peer stopped answering (the tcp provider's peer timeout: see
 	// "Ending a connection" in the package documentation). It matches
 	// syscall.ETIMEDOUT and os.ErrDeadlineExceeded, and its OpError's
@@ -136,7 +137,8 @@ func (e *OpError) Error() string {
 func (e *OpError) Unwrap() error { return e.Err }
 
 // Timeout reports whether the error is a timeout: a Dequeue that timed
-// out, a connect past its time limit.
+// out, or an error matching ErrTimedOut (a connect past its time limit, an
+// operation ended by its timeout, a peer that stopped answering).
 func (e *OpError) Timeout() bool {
 	var t interface{ Timeout() bool }
 	return errors.As(e.Err, &t) && t.Timeout()

@@ -5,7 +5,8 @@
 // this package decides, between two checks, how to yield the processor and
 // when the spin is over, so that the three spin alike and are tuned in one
 // place. While more threads are runnable than there are CPUs (CPUs shared
-// with other work), bounded spins are cut to ContendedSpin (contention.go).
+// with other work; the process's own running goroutines beyond one do not
+// count), bounded spins are cut to ContendedSpin (contention.go).
 //
 // A spin yields with runtime.Gosched between checks, so that the other
 // goroutines of its P run: with one P per process, the goroutines a wait

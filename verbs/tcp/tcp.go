@@ -19,11 +19,15 @@
 // RDMA WRITE) completes only once the target has it. The provider learns
 // it as iWARP applications do: with a zero-length RDMA Read (a fence) sent
 // after the messages it confirms, whose response the target sends only
-// once it has placed and delivered every message before it. An unsignaled
-// SEND or WRITE, which has no completion of its own, leaves its fence to a
-// later message, or to one sent alone a millisecond later. See
-// docs/verbs.md, "The TCP provider", for the wire format, the checks and
-// the completion rules.
+// once it has placed and delivered every message before it (an
+// application READ's response confirms the same). An unsignaled SEND or
+// WRITE, which has no completion of its own, handed over while its send
+// queue is at most half full and holds no more work requests than its
+// send CQ has free slots (verbs.Message.Unconfirmed), goes without a
+// fence of its own: a later fence or READ response covers it, or a fence
+// sent alone a millisecond later. A silent peer is found by the peer
+// timeout (WithPeerTimeout). See docs/verbs.md, "The TCP provider", for
+// the wire format, the checks and the completion rules.
 //
 // Each connection runs a receiver goroutine, which reads the socket and
 // hands messages to the endpoint, and a writer goroutine, which takes over
