@@ -471,7 +471,7 @@ func (c *conn) onWC(wc *verbs.WC) {
 			// The provider found the peer silent for too long (a host
 			// that vanished): the peer is gone, as after a reset, but
 			// the error says so (ETIMEDOUT, as TCP's).
-			c.fail(fmt.Errorf("%w: %w", ErrTimedOut, cause), true)
+			c.fail(fmt.Errorf("%w: %w", ErrPeerTimedOut, cause), true)
 		case wc.Status == verbs.StatusFlushed && errors.Is(cause, syscall.ECONNRESET):
 			c.fail(ErrConnReset, true)
 		case cause != nil:

@@ -188,7 +188,8 @@
 // unanswered, for the provider's peer timeout (30 seconds by default) is
 // taken as gone, and the rule above applies with ETIMEDOUT instead of
 // ECONNRESET: the recvs get what arrived, then an error matching
-// ErrTimedOut and syscall.ETIMEDOUT, and so do the sends not yet complete.
+// ErrPeerTimedOut and syscall.ETIMEDOUT, and so do the sends not yet
+// complete.
 // To set the timeout, or turn it off (0), give the stack a provider of
 // your own:
 //

@@ -60,13 +60,22 @@ var (
 
 	// ErrTimedOut reports a connect that did not complete within its time
 	// limit (WithConnectTimeout, or the deadline of ConnectContext's
-	// context), as rdma_cm's and TCP's connect do, an operation ended by
-	// its timeout under WithTimeoutMode(TimeoutEnd), and a connection whose
-	// peer stopped answering (the tcp provider's peer timeout: see
-	// "Ending a connection" in the package documentation). It matches
+	// context), as rdma_cm's and TCP's connect do, and an operation ended
+	// by its timeout under WithTimeoutMode(TimeoutEnd). It matches
 	// syscall.ETIMEDOUT and os.ErrDeadlineExceeded, and its OpError's
 	// Timeout reports true.
 	ErrTimedOut error = errno.NewTimeout("connection timed out", syscall.ETIMEDOUT, os.ErrDeadlineExceeded)
+
+	// ErrPeerTimedOut reports a connection whose peer stopped answering:
+	// the tcp provider's peer timeout found it silent (its host lost power
+	// or its network; see "Ending a connection" in the package
+	// documentation). It matches syscall.ETIMEDOUT, as a TCP connection's
+	// error does after its user timeout, and its OpError's Timeout reports
+	// true. Unlike ErrTimedOut it does not match os.ErrDeadlineExceeded,
+	// which stands for a time limit of the caller's own: net.Conn's
+	// callers (exsnet) take that error as a deadline they may extend and
+	// read on, while this connection is over.
+	ErrPeerTimedOut error = errno.NewTimeout("peer stopped answering", syscall.ETIMEDOUT)
 
 	// ErrConnReset reports an operation that failed because the peer
 	// closed or canceled the connection before it had ended in order. It
@@ -138,7 +147,8 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // Timeout reports whether the error is a timeout: a Dequeue that timed
 // out, or an error matching ErrTimedOut (a connect past its time limit, an
-// operation ended by its timeout, a peer that stopped answering).
+// operation ended by its timeout) or ErrPeerTimedOut (a peer that stopped
+// answering).
 func (e *OpError) Timeout() bool {
 	var t interface{ Timeout() bool }
 	return errors.As(e.Err, &t) && t.Timeout()

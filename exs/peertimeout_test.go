@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -19,9 +20,11 @@ import (
 
 // TestPeerTimedOut ends a connection as a provider does when the peer
 // stopped answering (verbs/tcp's peer timeout: the queue pair's cause
-// matches ETIMEDOUT): the socket's operations fail with ErrTimedOut, which
-// matches ETIMEDOUT, and the peer counts as gone, not as aborted by this
-// end: what it sent before is still received, then the recv fails.
+// matches ETIMEDOUT): the socket's operations fail with ErrPeerTimedOut,
+// which matches ETIMEDOUT but not a deadline of the caller's own
+// (ErrTimedOut, os.ErrDeadlineExceeded), and the peer counts as gone, not
+// as aborted by this end: what it sent before is still received, then the
+// recv fails.
 func TestPeerTimedOut(t *testing.T) {
 	var (
 		mu     sync.Mutex
@@ -70,10 +73,18 @@ func TestPeerTimedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := wait(t, p.q)
-	for _, target := range []error{exs.ErrTimedOut, syscall.ETIMEDOUT} {
+	for _, target := range []error{exs.ErrPeerTimedOut, syscall.ETIMEDOUT} {
 		if !errors.Is(ev.Err, target) {
 			t.Errorf("second recv: %v, want an error matching %v", ev.Err, target)
 		}
+	}
+	for _, target := range []error{exs.ErrTimedOut, os.ErrDeadlineExceeded} {
+		if errors.Is(ev.Err, target) {
+			t.Errorf("second recv: %v matches %v, a deadline of the caller's own", ev.Err, target)
+		}
+	}
+	if oe := (*exs.OpError)(nil); !errors.As(ev.Err, &oe) || !oe.Timeout() {
+		t.Errorf("second recv: %v is not an OpError whose Timeout reports true", ev.Err)
 	}
 	if errors.Is(ev.Err, exs.ErrConnReset) || errors.Is(ev.Err, exs.ErrConnAborted) {
 		t.Errorf("second recv: %v also matches a reset or an abort", ev.Err)

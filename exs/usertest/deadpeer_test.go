@@ -28,7 +28,8 @@ const peerTimeout = 2 * time.Second
 type vanishReport struct {
 	Err       string
 	ETIMEDOUT bool // errors.Is(ev.Err, syscall.ETIMEDOUT)
-	TimedOut  bool // errors.Is(ev.Err, exs.ErrTimedOut)
+	TimedOut  bool // errors.Is(ev.Err, exs.ErrPeerTimedOut)
+	Deadline  bool // errors.Is(ev.Err, os.ErrDeadlineExceeded): it must not
 	Type      string
 	After     time.Duration // from "ready" to the recv's event
 	Close     time.Duration // Socket.Close to its EventClose
@@ -114,7 +115,10 @@ func TestPeerVanishes(t *testing.T) {
 		t.Errorf("the recv's error %q does not match ETIMEDOUT", r.Err)
 	}
 	if !r.TimedOut {
-		t.Errorf("the recv's error %q does not match exs.ErrTimedOut", r.Err)
+		t.Errorf("the recv's error %q does not match exs.ErrPeerTimedOut", r.Err)
+	}
+	if r.Deadline {
+		t.Errorf("the recv's error %q matches os.ErrDeadlineExceeded, a deadline of the caller's own", r.Err)
 	}
 	if r.After < peerTimeout-200*time.Millisecond || r.After > peerTimeout+2*time.Second {
 		t.Errorf("the recv failed %v after the peer vanished, want about %v", r.After, peerTimeout)
@@ -209,7 +213,8 @@ func childSurvivor(arg string) error {
 	if ev.Err != nil {
 		r.Err = ev.Err.Error()
 		r.ETIMEDOUT = errors.Is(ev.Err, syscall.ETIMEDOUT)
-		r.TimedOut = errors.Is(ev.Err, exs.ErrTimedOut)
+		r.TimedOut = errors.Is(ev.Err, exs.ErrPeerTimedOut)
+		r.Deadline = errors.Is(ev.Err, os.ErrDeadlineExceeded)
 	}
 	start = time.Now()
 	if err := s.Close(q, "close"); err != nil {
