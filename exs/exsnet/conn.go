@@ -605,9 +605,11 @@ func cause(err error) error {
 	switch {
 	case errors.Is(err, exs.ErrClosed):
 		return net.ErrClosed
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		// A connect past its time limit: net.OpError.Timeout asks the
-		// cause itself.
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, exs.ErrPeerTimedOut):
+		// A connect past its time limit, or a peer that stopped
+		// answering (a timeout, as a TCP connection's ETIMEDOUT after its
+		// user timeout, but no deadline of the caller's):
+		// net.OpError.Timeout asks the cause itself.
 		return timeoutError{err}
 	}
 	return err

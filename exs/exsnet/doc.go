@@ -43,7 +43,12 @@
 // progress; if none reaches the peer for the linger time (WithLinger), or
 // if bytes that arrived were left unread, it resets the connection (the
 // peer's Reads then fail with an error matching syscall.ECONNRESET after
-// the bytes that did arrive). The memory of a connection is released once
+// the bytes that did arrive). A peer that stops answering (over "tcp",
+// the provider's peer timeout, 30 seconds by default) ends the connection
+// too: Reads return the bytes that arrived, then, as a TCP connection's
+// after its user timeout, an error matching syscall.ETIMEDOUT whose
+// Timeout reports true but that is no deadline's (it does not match
+// os.ErrDeadlineExceeded). The memory of a connection is released once
 // Close is done and no call uses it any more.
 //
 // # Stacks and goroutines
