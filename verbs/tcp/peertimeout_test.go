@@ -62,6 +62,7 @@ func TestPeerTimeoutSockets(t *testing.T) {
 		// longest idle time the kernel takes.
 		{"24h", []Option{WithPeerTimeout(24 * time.Hour)}, sockTimers{86400000, true, 32767, 14400, 4}},
 		{"30d", []Option{WithPeerTimeout(30 * 24 * time.Hour)}, sockTimers{math.MaxInt32, true, 32767, 32767, 79}},
+		{"max", []Option{WithPeerTimeout(math.MaxInt64)}, sockTimers{math.MaxInt32, true, 32767, 32767, 127}},
 		{"off", []Option{WithPeerTimeout(0)}, sockTimers{}},
 		{"negative ignored", []Option{WithPeerTimeout(-time.Second)}, sockTimers{30000, true, 15, 5, 4}},
 	} {
