@@ -4,6 +4,7 @@ package tcp
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -56,6 +57,12 @@ func TestPeerTimeoutSockets(t *testing.T) {
 		{"2s", []Option{WithPeerTimeout(2 * time.Second)}, sockTimers{2000, true, 1, 1, 2}},
 		{"1500ms", []Option{WithPeerTimeout(1500 * time.Millisecond)}, sockTimers{1500, true, 1, 1, 1}},
 		{"2m", []Option{WithPeerTimeout(2 * time.Minute)}, sockTimers{120000, true, 60, 20, 4}},
+		// Linux takes TCP_KEEPIDLE and TCP_KEEPINTVL up to 32767 s and
+		// TCP_KEEPCNT up to 127: past them the probes start at the
+		// longest idle time the kernel takes.
+		{"24h", []Option{WithPeerTimeout(24 * time.Hour)}, sockTimers{86400000, true, 32767, 14400, 4}},
+		{"30d", []Option{WithPeerTimeout(30 * 24 * time.Hour)}, sockTimers{math.MaxInt32, true, 32767, 32767, 79}},
+		{"max", []Option{WithPeerTimeout(math.MaxInt64)}, sockTimers{math.MaxInt32, true, 32767, 32767, 127}},
 		{"off", []Option{WithPeerTimeout(0)}, sockTimers{}},
 		{"negative ignored", []Option{WithPeerTimeout(-time.Second)}, sockTimers{30000, true, 15, 5, 4}},
 	} {

@@ -271,9 +271,13 @@ func setCongestion(fd int, name string) error {
 }
 
 // setUserTimeout sets the socket's TCP_USER_TIMEOUT to d, rounded up to
-// a millisecond.
+// a millisecond (without overflowing near math.MaxInt64) and at most
+// math.MaxInt32 ms, about 24.8 days.
 func setUserTimeout(fd int, d time.Duration) error {
-	ms := (d + time.Millisecond - 1) / time.Millisecond
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
 	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(min(ms, math.MaxInt32)))
 }
 

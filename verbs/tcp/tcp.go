@@ -134,8 +134,8 @@ func WithLinger(d time.Duration) Option {
 // with data outstanding, and forever on an idle connection. Each
 // connection gets TCP_USER_TIMEOUT d (data unacknowledged for d aborts
 // it) and TCP keepalive probes from d/2 of silence on, every d/6 (whole
-// seconds, at least 1 s), so that an idle connection is probed and
-// aborted after about d too. The kernel aborts such a connection with
+// seconds, from 1 s to Linux's 32767 s), so that an idle connection is
+// probed and aborted after about d too. The kernel aborts such a connection with
 // ETIMEDOUT: the queue pair moves to Error, its work requests are
 // flushed and its Err wraps verbs.ErrTerminated and syscall.ETIMEDOUT.
 // (If a router reported the host unreachable meanwhile, the kernel's error
@@ -169,19 +169,29 @@ func WithPeerTimeout(d time.Duration) Option {
 // which the peer has been silent for d and a probe went unanswered: an
 // idle dead peer is found after d to d + d/6 (2 s for d = 2 s). The
 // count matters only to a kernel that ignores the user timeout there.
+// Each is bounded by what Linux takes (maxKeepIdle, maxKeepCount): net
+// ignores a failed setting and leaves it and those after it at the
+// system's defaults.
 func keepAlive(d time.Duration) net.KeepAliveConfig {
 	if d <= 0 {
 		return net.KeepAliveConfig{}
 	}
-	idle := max((d / 2).Truncate(time.Second), time.Second)
-	intvl := max((d / 6).Truncate(time.Second), time.Second)
+	idle := min(max((d/2).Truncate(time.Second), time.Second), maxKeepIdle)
+	intvl := min(max((d/6).Truncate(time.Second), time.Second), maxKeepIdle)
 	return net.KeepAliveConfig{
 		Enable:   true,
 		Idle:     idle,
 		Interval: intvl,
-		Count:    int(max(d-idle, 0)/intvl) + 1,
+		Count:    int(min(max(d-idle, 0)/intvl+1, maxKeepCount)),
 	}
 }
+
+// Linux's bounds of TCP_KEEPIDLE and TCP_KEEPINTVL (MAX_TCP_KEEPIDLE,
+// MAX_TCP_KEEPINTVL) and TCP_KEEPCNT (MAX_TCP_KEEPCNT).
+const (
+	maxKeepIdle  = 32767 * time.Second
+	maxKeepCount = 127
+)
 
 // WithSegmentSize sets the largest ULPDU (DDP segment: header and payload)
 // the provider sends, at least 64 bytes and at most 65535; larger
