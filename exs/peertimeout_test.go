@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,19 +25,7 @@ import (
 // as aborted by this end: what it sent before is still received, then the
 // recv fails.
 func TestPeerTimedOut(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		client *faults.Conn
-	)
 	fp := faults.New(inproc.New())
-	fp.Set(faults.Filters{Message: func(m *faults.Msg) faults.Fault {
-		if m.Conn.Side() == faults.Dialer {
-			mu.Lock()
-			client = m.Conn
-			mu.Unlock()
-		}
-		return faults.Fault{}
-	}})
 	st := newStack(t, exs.WithProvider("inproc", fp))
 	p := connectAddr(t, st, exs.SockStream, testAddr(t))
 	// A message each way: the client's end has carried one, and what the
@@ -58,10 +45,16 @@ func TestPeerTimedOut(t *testing.T) {
 			t.Fatalf("%v %v: %v", ev.Type, ev.User, ev.Err)
 		}
 	}
-	mu.Lock()
-	c := client
-	mu.Unlock()
-	c.Drop(fmt.Errorf("%w: no answer from the peer: %w", verbs.ErrTerminated, syscall.ETIMEDOUT))
+	var client *faults.Conn
+	for _, c := range fp.Conns() {
+		if c.Side() == faults.Dialer {
+			client = c
+		}
+	}
+	if client == nil {
+		t.Fatal("no dialed connection end")
+	}
+	client.Drop(fmt.Errorf("%w: no answer from the peer: %w", verbs.ErrTerminated, syscall.ETIMEDOUT))
 	got := make([]byte, 16)
 	if err := p.client.Recv(p.q, got, nil, 0, "first"); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,19 +24,7 @@ import (
 // os.ErrDeadlineExceeded, which would tell the caller that a deadline of
 // its own passed and that it may extend it and read on.
 func TestPeerTimedOut(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		client *faults.Conn
-	)
 	fp := faults.New(inproc.New())
-	fp.Set(faults.Filters{Message: func(m *faults.Msg) faults.Fault {
-		if m.Conn.Side() == faults.Dialer {
-			mu.Lock()
-			client = m.Conn
-			mu.Unlock()
-		}
-		return faults.Fault{}
-	}})
 	st, err := exs.NewStack(exs.WithProvider("inproc", fp))
 	if err != nil {
 		t.Fatal(err)
@@ -59,13 +46,7 @@ func TestPeerTimedOut(t *testing.T) {
 	if _, err := io.ReadFull(c, got[:1]); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	conn := client
-	mu.Unlock()
-	if conn == nil {
-		t.Fatal("no message went through the client's connection")
-	}
-	conn.Drop(fmt.Errorf("%w: no answer from the peer: %w", verbs.ErrTerminated, syscall.ETIMEDOUT))
+	dialed(t, fp).Drop(fmt.Errorf("%w: no answer from the peer: %w", verbs.ErrTerminated, syscall.ETIMEDOUT))
 	if _, err := io.ReadFull(c, got[1:]); err != nil || string(got) != "abc" {
 		t.Fatalf("read after the timeout: %q, %v; want what the peer sent before", got, err)
 	}
@@ -80,4 +61,19 @@ func TestPeerTimedOut(t *testing.T) {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("Read: %v is not a net.Error whose Timeout reports true (as a TCP connection's after its user timeout)", err)
 	}
+}
+
+// dialed returns the one connection end of fp that dialed.
+func dialed(t *testing.T, fp *faults.Provider) *faults.Conn {
+	t.Helper()
+	var ends []*faults.Conn
+	for _, c := range fp.Conns() {
+		if c.Side() == faults.Dialer {
+			ends = append(ends, c)
+		}
+	}
+	if len(ends) != 1 {
+		t.Fatalf("%d dialed connection ends, want 1", len(ends))
+	}
+	return ends[0]
 }
