@@ -288,23 +288,8 @@ func childDial(arg string) error {
 		return err
 	}
 	defer st.Close()
-	q, err := st.Qcreate(4)
-	if err != nil {
+	if _, _, err := childConnect(st, exs.SockStream, addr); err != nil {
 		return err
-	}
-	s, err := st.Socket(exs.SockStream)
-	if err != nil {
-		return err
-	}
-	if err := s.Connect(q, addr, nil); err != nil {
-		return err
-	}
-	ev, err := next(q)
-	if err != nil {
-		return err
-	}
-	if ev.Err != nil {
-		return ev.Err
 	}
 	fmt.Println("connected")
 	fmt.Println("pid " + strconv.Itoa(os.Getpid()))

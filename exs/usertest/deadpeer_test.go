@@ -185,19 +185,9 @@ func childSurvivor(arg string) error {
 	}
 	defer p.Close()
 	defer st.Close()
-	q, err := st.Qcreate(4)
+	q, s, err := childConnect(st, exs.SockStream, addr)
 	if err != nil {
 		return err
-	}
-	s, err := st.Socket(exs.SockStream)
-	if err != nil {
-		return err
-	}
-	if err := s.Connect(q, addr, "connect"); err != nil {
-		return err
-	}
-	if ev, err := next(q); err != nil || ev.Err != nil {
-		return errors.Join(err, ev.Err)
 	}
 	buf := make([]byte, 64)
 	if err := s.Recv(q, buf, nil, 0, "recv"); err != nil {

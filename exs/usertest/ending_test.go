@@ -757,23 +757,9 @@ func childEnding(arg string) error {
 		return err
 	}
 	defer st.Close()
-	q, err := st.Qcreate(4)
+	_, s, err := childConnect(st, p.Type, a.Addr)
 	if err != nil {
 		return err
-	}
-	s, err := st.Socket(p.Type)
-	if err != nil {
-		return err
-	}
-	if err := s.Connect(q, a.Addr, nil); err != nil {
-		return err
-	}
-	ev, err := next(q)
-	if err != nil {
-		return err
-	}
-	if ev.Err != nil {
-		return ev.Err
 	}
 	fmt.Println("connected")
 	res := runX(st, s, p)

@@ -122,6 +122,30 @@ func next(q *exs.Queue) (exs.Event, error) {
 	return evs[0], nil
 }
 
+// childConnect is a child process's connection: it creates a queue of st,
+// connects a socket of type typ to addr and waits for the connect's event.
+func childConnect(st *exs.Stack, typ exs.SockType, addr string) (*exs.Queue, *exs.Socket, error) {
+	q, err := st.Qcreate(4)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := st.Socket(typ)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.Connect(q, addr, nil); err != nil {
+		return nil, nil, err
+	}
+	ev, err := next(q)
+	if err == nil {
+		err = ev.Err
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, s, nil
+}
+
 // wait dequeues one event and checks its type and user value.
 func wait(t testing.TB, q *exs.Queue, typ exs.EventType, user any) exs.Event {
 	t.Helper()
