@@ -149,20 +149,7 @@ func TestPayloadFollowsMSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan error, 1)
-	go func() {
-		req, err := ln.Accept(ctx)
-		if err == nil {
-			err = req.Accept(b.qp, nil)
-		}
-		accepted <- err
-	}()
-	if _, err := a.qp.Connect(ctx, ln.Addr(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-accepted; err != nil {
-		t.Fatal(err)
-	}
+	joinQPs(ctx, t, ln, b.qp, a.qp)
 	pd.mu.Lock()
 	var l *link
 	for k := range pd.links {

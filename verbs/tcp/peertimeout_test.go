@@ -118,21 +118,28 @@ func connectPair(t *testing.T, pa, pb *Provider) (a, b end) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	joinQPs(ctx, t, ln, b.qp, a.qp)
+	return a, b
+}
+
+// joinQPs connects dialer to acceptor, which accepts the request it gets
+// from ln.
+func joinQPs(ctx context.Context, t *testing.T, ln *verbs.Listener, acceptor, dialer *verbs.QP) {
+	t.Helper()
 	accepted := make(chan error, 1)
 	go func() {
 		req, err := ln.Accept(ctx)
 		if err == nil {
-			err = req.Accept(b.qp, nil)
+			err = req.Accept(acceptor, nil)
 		}
 		accepted <- err
 	}()
-	if _, err := a.qp.Connect(ctx, ln.Addr(), nil); err != nil {
+	if _, err := dialer.Connect(ctx, ln.Addr(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-accepted; err != nil {
 		t.Fatal(err)
 	}
-	return a, b
 }
 
 // TestHeldSendOutlivesPeerTimeout holds a SEND of 32 MiB for want of a
