@@ -99,8 +99,10 @@ var defaultConfigs = []config{
 
 // largeConfigs are the default set's larger configurations (about 1 s to
 // 25 s each on a 2-vCPU machine, 90% of the default run's time): they run
-// with EXS_PROOFS_FULL=1, which .ci/run sets for its own step, and in every
-// mutant hunt, after the default set, in this order.
+// with EXS_PROOFS_FULL=1, after the default set, or alone with
+// EXS_PROOFS_FULL=large (.ci/run's own step, after the README's command
+// ran the default set), and in every mutant hunt, after the default set,
+// in this order.
 var largeConfigs = []config{
 	// Lengths up to 3, larger stream buffers, more frame buffers, ACKs
 	// for every byte, four sends and recvs.
@@ -188,6 +190,8 @@ func configsFor(t *testing.T) []config {
 		return smokeConfigs
 	case deep():
 		return concatConfigs(defaultConfigs, largeConfigs, deepConfigs)
+	case os.Getenv("EXS_PROOFS_FULL") == "large":
+		return largeConfigs
 	case full():
 		return concatConfigs(defaultConfigs, largeConfigs)
 	}
