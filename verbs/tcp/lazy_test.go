@@ -3,7 +3,9 @@ package tcp
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -152,5 +154,49 @@ func TestUnsignaledRead(t *testing.T) {
 		if hd.op != opReadResp {
 			t.Fatalf("opcode %d after the READ's response, want nothing but answers to fences", hd.op)
 		}
+	}
+}
+
+// TestRecordsBounded: unsignaled SENDs, each posted after the fence that
+// confirms the one before it went out and before its answer came, so that
+// the link never has every message confirmed: its records of the messages
+// in flight stay bounded instead of growing with every message.
+func TestRecordsBounded(t *testing.T) {
+	h := newHostile(t, hostileOpts{policy: verbs.RNRFail})
+	h.expectFence() // the provider's ready-to-receive
+	post := func() {
+		t.Helper()
+		if err := h.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{h.rw.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if hd, _ := h.readFPDU(); hd.op != opSend {
+			t.Fatalf("opcode %d, want a SEND", hd.op)
+		}
+	}
+	const rounds = 300
+	post()
+	for range rounds {
+		// The timer's fence for the SEND in flight; the next SEND goes
+		// out before the fence is answered.
+		hd, p := h.readFPDU()
+		rr := parseReadRequest(p)
+		if hd.op != opReadReq || !rr.fence() {
+			t.Fatalf("opcode %d, want a fence", hd.op)
+		}
+		post()
+		h.frame(tagged(opReadResp, rr.sinkSTag, rr.sinkTO, true), nil)
+	}
+	h.p.mu.Lock()
+	links := slices.Collect(maps.Keys(h.p.links))
+	h.p.mu.Unlock()
+	if len(links) != 1 {
+		t.Fatalf("%d links, want 1", len(links))
+	}
+	l := links[0]
+	l.mu.Lock()
+	held, size := len(l.recs)-l.rh, cap(l.recs)
+	l.mu.Unlock()
+	if size > 4*compactRecs {
+		t.Errorf("after %d messages, %d of them in flight, the link's records take room for %d", rounds+1, held, size)
 	}
 }

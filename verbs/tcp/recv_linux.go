@@ -164,6 +164,11 @@ func (l *link) awaitReplyLocked() {
 	}
 }
 
+// compactRecs is how many completed records, at least, the records of the
+// messages in flight keep before the live ones move to the front (when
+// the completed ones are at least half).
+const compactRecs = 32
+
 // inputEvery is how many yields of awaitReplyLocked pass between two looks
 // at the clock and the socket.
 const inputEvery = 8
@@ -347,8 +352,17 @@ func (l *link) onReadResponse(h *header) bool {
 		l.recs[j] = record{}
 	}
 	l.rh = i + 1
-	if l.rh == len(l.recs) {
+	switch {
+	case l.rh == len(l.recs):
 		l.recs, l.rh = l.recs[:0], 0
+	case l.rh >= compactRecs && 2*l.rh >= len(l.recs):
+		// Messages keep coming while earlier ones complete (unsignaled
+		// ones, confirmed by a later fence, are always followed by the
+		// next): the live records move to the front, or the slice would
+		// grow with every message the link carries.
+		n := copy(l.recs, l.recs[l.rh:])
+		clear(l.recs[n:])
+		l.recs, l.rh = l.recs[:n], 0
 	}
 	l.mu.Unlock()
 	for k, m := range l.completions {
