@@ -1314,6 +1314,7 @@ func TestFaultSchedules(t *testing.T) {
 	start := time.Now()
 	base := currentLevels()
 	failed := 0
+	var failures []string // a line per failed seed, repeated at the end where a log's tail shows it
 	var stats faultTotals
 	for b := uint64(0); b < n && failed < 5; b += seedBatch {
 		end := min(b+seedBatch, n)
@@ -1336,6 +1337,7 @@ func TestFaultSchedules(t *testing.T) {
 					if len(errs) > 0 {
 						mu.Lock()
 						failed++
+						failures = append(failures, fmt.Sprintf("seed %d: %s", seed, errs[0]))
 						mu.Unlock()
 						if len(errs) > 12 {
 							errs = append(errs[:12], fmt.Sprintf("... and %d more", len(errs)-12))
@@ -1358,6 +1360,10 @@ func TestFaultSchedules(t *testing.T) {
 	}
 	end, _ := settle(base)
 	t.Logf("%d seeds in %v: %v; before: %v, after: %v", n, time.Since(start).Round(time.Millisecond), &stats, base, end)
+	if len(failures) > 0 {
+		t.Errorf("%d seeds failed, each with its first error (replay one: %s):\n%s",
+			len(failures), strings.Replace(replay, "%d", "<seed>", 1), strings.Join(failures, "\n"))
+	}
 }
 
 // faultTotals counts what the seeds drew.
