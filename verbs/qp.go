@@ -311,6 +311,9 @@ func (qp *QP) Done() <-chan struct{} {
 // Err returns why the queue pair entered the Error state (nil before):
 // ErrDisconnected (wrapped) after a disconnect by either end, an error
 // satisfying errors.Is(err, ErrTerminated) after an error of either end.
+// It is not nil once State has returned Error, and a send work request
+// that fails completes only after that: a user that polls a completion
+// flushed when a connection ended, and asks Err why, gets the cause.
 func (qp *QP) Err() error {
 	qp.errMu.Lock()
 	defer qp.errMu.Unlock()
@@ -321,7 +324,14 @@ func (qp *QP) Err() error {
 // reports whether it made the move (false if the queue pair was already in
 // Error). It takes no lock but errMu, so it may be called anywhere; the
 // caller then calls afterError, outside of any lock.
+//
+// The move and the cause are made under errMu, so that Err never returns
+// nil once State has returned Error: a goroutine that sees the state (or a
+// work request flushed because of it) and then asks Err waits for the
+// cause instead of finding none.
 func (qp *QP) enterError(cause error) bool {
+	qp.errMu.Lock()
+	defer qp.errMu.Unlock()
 	for {
 		s := qp.st.Load()
 		if State(s) == StateError {
@@ -331,10 +341,8 @@ func (qp *QP) enterError(cause error) bool {
 			break
 		}
 	}
-	qp.errMu.Lock()
 	qp.cause = cause
 	close(qp.done)
-	qp.errMu.Unlock()
 	return true
 }
 

@@ -274,6 +274,13 @@ func (qp *QP) runSend() {
 			if w.phase != phaseDone {
 				break
 			}
+			if w.status != StatusSuccess && !sq.flushing && qp.State() != StateError {
+				// Failed, and the failFrom that follows its settling has
+				// not moved the queue pair to Error yet: it completes
+				// then (afterError runs the queue), so that whoever
+				// polls its completion finds the cause in Err.
+				break
+			}
 			if sq.flushing {
 				// An earlier work request failed: the queue pair is
 				// going to Error, and after a failed completion only
@@ -358,7 +365,9 @@ func (qp *QP) flushSendLocked(unres *int) {
 		}
 		if w.phase != phaseDone || sq.flushing {
 			w.status = StatusFlushed
-			sq.flushing = true
+		}
+		if w.status != StatusSuccess {
+			sq.flushing = true // a failed one (held until the Error state) included
 		}
 		qp.completeSend(w, unres)
 		sq.head++
