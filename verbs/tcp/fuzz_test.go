@@ -50,86 +50,145 @@ func FuzzMPAFrame(f *testing.F) {
 
 // FuzzFPDU decodes arbitrary bytes as a stream of FPDUs, with and without
 // CRCs, reading every payload as the provider does (in pieces, into
-// memory of the caller's). It checks the decoder against a plain model of
-// the framing: each FPDU it accepts starts where the model says, its
-// header fields and payload are the bytes the model finds there, its CRC
-// was checked, and re-encoding it gives the same bytes back; and the
-// decoder reads no payload byte with a header (but a control message's,
-// whose payload is the provider's own) and never more than 16 bytes
-// beyond the FPDU it works on.
+// memory of the caller's), from a plain reader and from one that fills
+// several buffers at once (vecReader), where a SEND's MO is read with its
+// payload. It checks the decoder against a plain model of the framing:
+// each FPDU it accepts starts where the model says, its header fields and
+// payload are the bytes the model finds there, its CRC was checked, and
+// re-encoding it gives the same bytes back; and the decoder reads no
+// payload byte with a header (but a control message's, whose payload is
+// the provider's own) and never more than 16 bytes beyond the FPDU it
+// works on. With a vecReader it also expects, once, another MO than the
+// one sent: a SEND's payload must then fail with a violation, its bytes
+// placed only inside the memory given for them.
 func FuzzFPDU(f *testing.F) {
 	f.Fuzz(func(t *testing.T, crc bool, b []byte) {
-		r := &countReader{r: bytes.NewReader(b)}
-		d := decoder{r: r, crc: crc}
-		off := 0 // where the model says the next FPDU starts
-		payload := make([]byte, maxULPDU)
-		for range 64 {
-			h, err := d.next()
-			if err != nil {
-				checkDecodeError(t, err)
-				return
-			}
-			ulpdu := int(binary.BigEndian.Uint16(b[off:]))
-			// A header alone, but for a control message or an FPDU
-			// without payload, read whole with what follows it.
-			limit := off + h.hdrLen
-			if len(d.inline) > 0 || h.payload == 0 {
-				limit = off + 2 + ulpdu + padOf(ulpdu) + 4 + minHeader
-			}
-			if r.n > limit {
-				t.Fatalf("read %d bytes for an FPDU at %d (payload %d)", r.n, off, h.payload)
-			}
-			if h.ulpdu != ulpdu || h.payload != ulpdu-h.hdrLen+2 || !bytes.Equal(h.raw, b[off+2:off+h.hdrLen]) {
-				t.Fatalf("header %+v at %d, model: length %d, bytes %x", h, off, ulpdu, b[off:min(len(b), off+h.hdrLen)])
-			}
-			// Read the payload in pieces of 1, 2, 3... bytes.
-			p := payload[:h.payload]
-			for k, step := 0, 1; k < len(p); step++ {
-				n, err := d.read(p[k:min(len(p), k+step)])
-				if err != nil {
-					checkDecodeError(t, err)
-					return
-				}
-				k += n
-			}
-			if err := d.end(); err != nil {
-				checkDecodeError(t, err)
-				if err == errCRC && !crc {
-					t.Fatalf("CRC error with CRCs off")
-				}
-				return
-			}
-			end := off + 2 + ulpdu + padOf(ulpdu) + 4
-			if !bytes.Equal(p, b[off+h.hdrLen:off+2+ulpdu]) {
-				t.Fatalf("payload differs from the model's")
-			}
-			if r.n > end+minHeader {
-				t.Fatalf("read %d bytes, %d beyond the FPDU that ends at %d", r.n, r.n-end, end)
-			}
-			// Re-encode: the header the decoder parsed, the payload,
-			// zero padding and, with CRCs, the CRC it checked.
-			var hb [2 + untaggedHdr]byte
-			var enc []byte
-			if h.tagged {
-				enc = putTagged(hb[:], h.op, h.last, h.stag, h.to, h.payload)
-			} else {
-				enc = putUntagged(hb[:], h.op, h.last, h.qn, h.msn, h.mo, h.payload)
-				binary.BigEndian.PutUint32(enc[4:], h.rsvd)
-			}
-			binary.BigEndian.PutUint16(enc[2:], h.ctl)
-			enc = append(append([]byte(nil), enc...), p...)
-			var tb [8]byte
-			enc = append(enc, trailer(tb[:], crcOf(enc), len(enc)-2, crc)...)
-			orig := b[off:end]
-			if !crc {
-				orig = append(append([]byte(nil), orig[:len(orig)-4]...), 0, 0, 0, 0)
-			}
-			if pad := padOf(ulpdu); !bytes.Equal(enc[:len(enc)-4-pad], orig[:len(orig)-4-pad]) || !bytes.Equal(enc[len(enc)-4:], orig[len(orig)-4:]) {
-				t.Fatalf("re-encoded FPDU\n%x\nreceived\n%x", enc, orig)
-			}
-			off = end
+		for _, m := range []fpduMode{plainReader, vecReaderMode, wrongMO} {
+			decodeStream(t, crc, b, m)
 		}
 	})
+}
+
+// fpduMode is how FuzzFPDU reads a stream.
+type fpduMode int
+
+const (
+	plainReader   fpduMode = iota
+	vecReaderMode          // a vecReader, in pieces of varied sizes
+	wrongMO                // a vecReader, expecting another MO than the first late one's
+)
+
+// decodeStream is FuzzFPDU's run over b in mode m.
+func decodeStream(t *testing.T, crc bool, b []byte, m fpduMode) {
+	t.Helper()
+	var r interface {
+		io.Reader
+		count() int
+	}
+	cr := &countReader{r: bytes.NewReader(b)}
+	r = cr
+	if m != plainReader {
+		r = &countVecReader{countReader: cr}
+	}
+	d := decoder{r: r, crc: crc}
+	off := 0 // where the model says the next FPDU starts
+	const guardLen = 8
+	buf := make([]byte, guardLen+maxULPDU+guardLen)
+	for range 64 {
+		h, err := d.next()
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		ulpdu := int(binary.BigEndian.Uint16(b[off:]))
+		// A header alone, but for a control message or an FPDU
+		// without payload, read whole with what follows it; a SEND's
+		// header but its MO, with a vecReader.
+		limit := off + h.hdrLen
+		if len(d.inline) > 0 || h.payload == 0 {
+			limit = off + 2 + ulpdu + padOf(ulpdu) + 4 + minHeader
+		}
+		if r.count() > limit {
+			t.Fatalf("read %d bytes for an FPDU at %d (payload %d)", r.count(), off, h.payload)
+		}
+		if h.moLate != (m != plainReader && !h.tagged && (h.op == opSend || h.op == opSendSE) && len(d.inline) == 0 && h.payload > 0) {
+			t.Fatalf("MO read late %v for %+v in mode %d", h.moLate, h, m)
+		}
+		late := h.moLate
+		if late && len(b) >= off+2+untaggedHdr {
+			mo := binary.BigEndian.Uint32(b[off+2+untaggedHdr-4:])
+			if m == wrongMO {
+				mo++
+			}
+			d.expectMO(mo)
+		}
+		if h.ulpdu != ulpdu || h.payload != ulpdu-h.hdrLen+2 {
+			t.Fatalf("header %+v at %d, model: length %d", h, off, ulpdu)
+		}
+		// Read the payload in pieces of 1, 2, 3... bytes.
+		mem := buf[:guardLen+h.payload+guardLen]
+		for i := range mem {
+			mem[i] = 0xA5
+		}
+		p := mem[guardLen : guardLen+h.payload]
+		for k, step := 0, 1; k < len(p); step++ {
+			n, err := d.read(p[k:min(len(p), k+step)])
+			if err != nil {
+				checkDecodeError(t, err)
+				var we *wireError
+				if errors.As(err, &we) && (m != wrongMO || !late || we.code != codeUBadMO) {
+					t.Fatalf("payload read: %v", err)
+				}
+				if bytes.Count(mem[:guardLen], []byte{0xA5}) != guardLen || bytes.Count(mem[guardLen+len(p):], []byte{0xA5}) != guardLen {
+					t.Fatalf("bytes placed outside the payload's memory: %x", mem)
+				}
+				return
+			}
+			k += n
+		}
+		if m == wrongMO && late {
+			t.Fatalf("payload of a SEND read with MO %d expected %d", h.mo, d.wantMO)
+		}
+		if !bytes.Equal(h.raw, b[off+2:off+h.hdrLen]) {
+			t.Fatalf("header %x at %d, model %x", h.raw, off, b[off+2:off+h.hdrLen])
+		}
+		if err := d.end(); err != nil {
+			checkDecodeError(t, err)
+			if err == errCRC && !crc {
+				t.Fatalf("CRC error with CRCs off")
+			}
+			return
+		}
+		end := off + 2 + ulpdu + padOf(ulpdu) + 4
+		if !bytes.Equal(p, b[off+h.hdrLen:off+2+ulpdu]) {
+			t.Fatalf("payload differs from the model's")
+		}
+		if r.count() > end+minHeader {
+			t.Fatalf("read %d bytes, %d beyond the FPDU that ends at %d", r.count(), r.count()-end, end)
+		}
+		// Re-encode: the header the decoder parsed, the payload,
+		// zero padding and, with CRCs, the CRC it checked.
+		var hb [2 + untaggedHdr]byte
+		var enc []byte
+		if h.tagged {
+			enc = putTagged(hb[:], h.op, h.last, h.stag, h.to, h.payload)
+		} else {
+			enc = putUntagged(hb[:], h.op, h.last, h.qn, h.msn, h.mo, h.payload)
+			binary.BigEndian.PutUint32(enc[4:], h.rsvd)
+		}
+		binary.BigEndian.PutUint16(enc[2:], h.ctl)
+		enc = append(append([]byte(nil), enc...), p...)
+		var tb [8]byte
+		enc = append(enc, trailer(tb[:], crcOf(enc), len(enc)-2, crc)...)
+		orig := b[off:end]
+		if !crc {
+			orig = append(append([]byte(nil), orig[:len(orig)-4]...), 0, 0, 0, 0)
+		}
+		if pad := padOf(ulpdu); !bytes.Equal(enc[:len(enc)-4-pad], orig[:len(orig)-4-pad]) || !bytes.Equal(enc[len(enc)-4:], orig[len(orig)-4:]) {
+			t.Fatalf("re-encoded FPDU\n%x\nreceived\n%x", enc, orig)
+		}
+		off = end
+	}
 }
 
 // checkDecodeError fails the test unless err is one a peer's bytes may
@@ -152,6 +211,37 @@ func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
+}
+
+func (c *countReader) count() int { return c.n }
+
+// countVecReader is a countReader that is a vecReader, as a socket is:
+// each ReadVec fills a, then b, then c, with what it reads at once, in
+// pieces of varied sizes (the stream as it may come).
+type countVecReader struct {
+	*countReader
+	calls int
+}
+
+func (c *countVecReader) ReadVec(a, b, cc []byte) (int, error) {
+	c.calls++
+	room := []int{1, 3, 1 << 20, 2, 1 << 20}[c.calls%5]
+	n := 0
+	for _, p := range [3][]byte{a, b, cc} {
+		p = p[:min(len(p), room-n)]
+		if len(p) == 0 {
+			continue
+		}
+		k, err := c.Read(p)
+		n += k
+		if k < len(p) || err != nil {
+			if n > 0 {
+				err = nil
+			}
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 type mpaSeed struct {

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/verbstest"
@@ -204,9 +206,11 @@ func (h *hostile) frame(hdr, payload []byte) {
 
 // expectTerminate reads FPDUs until a Terminate, checks its codes, and
 // then that the provider closes the connection; then that the queue pair
-// is in Error, its RECVs flushed, and the regions untouched.
-func (h *hostile) expectTerminate(layer, etype, code uint8) {
+// is in Error, its RECVs flushed, and the regions untouched. It returns
+// the Terminate.
+func (h *hostile) expectTerminate(layer, etype, code uint8) termInfo {
 	h.t.Helper()
+	var tm termInfo
 	for {
 		hd, err := h.dec.next()
 		if err != nil {
@@ -225,8 +229,7 @@ func (h *hostile) expectTerminate(layer, etype, code uint8) {
 		if hd.qn != qnTerm || hd.msn != 1 || !hd.last {
 			h.t.Errorf("Terminate on queue %d MSN %d (L %v), want queue 2, MSN 1, L", hd.qn, hd.msn, hd.last)
 		}
-		tm, err := parseTerm(p)
-		if err != nil {
+		if tm, err = parseTerm(p); err != nil {
 			h.t.Fatal(err)
 		}
 		if tm.layer != layer || tm.etype != etype || tm.code != code {
@@ -235,6 +238,7 @@ func (h *hostile) expectTerminate(layer, etype, code uint8) {
 		break
 	}
 	h.expectClosed()
+	return tm
 }
 
 // expectClosed checks that the provider closes the connection (with
@@ -363,6 +367,24 @@ func TestHostilePeer(t *testing.T) {
 			h.frame(untagged(opReadReq, qnRead, 9, 0, true), readReq(rkey(h), addr(h), 8))
 		}, layerDDP, etypeUntagged, codeUBadMSN, 0},
 		{"SendBadMO", hostileOpts{crc: true, recvs: 1}, func(h *env) {
+			// The MO is read with the payload, placed where the first
+			// segment's goes: the RECV is consumed and fails.
+			h.frame(untagged(opSend, qnSend, 1, 4, true), []byte("hello"))
+		}, layerDDP, etypeUntagged, codeUBadMO, verbs.StatusLocalQPOperationError},
+		{"SendBadMOPastRecv", hostileOpts{crc: true, recvs: 1, recvSize: 16}, func(h *env) {
+			// An MO far past the RECV's end: its bytes land at the
+			// offset expected, inside the RECV, not at the one sent.
+			h.frame(untagged(opSend, qnSend, 1, 1<<20, true), bytes.Repeat([]byte{'x'}, 16))
+		}, layerDDP, etypeUntagged, codeUBadMO, verbs.StatusLocalQPOperationError},
+		{"SendSegmentBadMOFullRecv", hostileOpts{crc: true, recvs: 1, recvSize: 16}, func(h *env) {
+			// The RECV is full after the first segment: the second's
+			// wrong MO is read with a byte that has no room in it.
+			h.frame(untagged(opSend, qnSend, 1, 0, false), bytes.Repeat([]byte{'x'}, 16))
+			h.frame(untagged(opSend, qnSend, 1, 15, true), bytes.Repeat([]byte{'y'}, 32))
+		}, layerDDP, etypeUntagged, codeUBadMO, verbs.StatusLocalQPOperationError},
+		{"SendBadMONoRecv", hostileOpts{crc: true, policy: verbs.RNRFail}, func(h *env) {
+			// Refused for want of a RECV before its MO was read: the
+			// MO is still checked first.
 			h.frame(untagged(opSend, qnSend, 1, 4, true), []byte("hello"))
 		}, layerDDP, etypeUntagged, codeUBadMO, 0},
 		{"SendSegmentBadMO", hostileOpts{crc: true, recvs: 1, recvSize: 64}, func(h *env) {
@@ -480,6 +502,34 @@ func (h *hostile) expectTerminatePlaced(layer, etype, code uint8) {
 		if rw.buf[i] != verbstest.GuardByte || rw.buf[len(rw.buf)-1-i] != verbstest.GuardByte {
 			h.t.Fatalf("guard bytes changed: %x", rw.buf)
 		}
+	}
+}
+
+// TestHostileLateMOCopy: the Terminate of a SEND refused before its
+// payload was read, whose MO is read with the payload, carries the whole
+// header it came with, MO included.
+func TestHostileLateMOCopy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mo   uint32
+		code uint8
+	}{
+		{"NoRecv", 0, codeUNoBuffer},
+		{"NoRecvBadMO", 0x01020304, codeUBadMO},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHostile(t, hostileOpts{crc: true, policy: verbs.RNRFail})
+			hdr := untagged(opSend, qnSend, 1, c.mo, true)
+			b := fpdu(h.crc, hdr, []byte("hello"))
+			h.write(b)
+			tm := h.expectTerminate(layerDDP, etypeUntagged, c.code)
+			if diff := cmp.Diff(b[2:2+untaggedHdr], tm.hdr); diff != "" {
+				t.Errorf("the Terminate's copy of the header (-sent +copy):\n%s", diff)
+			}
+			if want := binary.BigEndian.Uint16(b); tm.segLen != want {
+				t.Errorf("segment length %d in the copy, sent %d", tm.segLen, want)
+			}
+		})
 	}
 }
 

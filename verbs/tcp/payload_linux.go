@@ -188,11 +188,12 @@ func (p *payload) next() error {
 		return violation(layerRDMAP, etypeRemoteOperation, codeUnexpectedOp, "opcode %d inside a message of opcode %d", h.op, p.op)
 	case h.msn != p.msn:
 		return violation(layerDDP, etypeUntagged, codeUBadMSN, "MSN %d inside message %d", h.msn, p.msn)
-	case h.mo != p.mo:
+	case !h.moLate && h.mo != p.mo:
 		return violation(layerDDP, etypeUntagged, codeUBadMO, "message offset %d, want %d", h.mo, p.mo)
 	case uint64(p.mo)+uint64(h.payload) > verbs.MaxMessage:
 		return violation(layerDDP, etypeUntagged, codeUTooLong, "message longer than %d bytes", verbs.MaxMessage)
 	}
+	d.expectMO(p.mo) // a late MO is checked when it is read
 	if h.payload == 0 && h.last {
 		p.ended = true
 		return d.end()

@@ -201,10 +201,10 @@ func (l *link) checkMSN(h *header) error {
 	if h.msn != l.expMSN[h.qn] {
 		return violation(layerDDP, etypeUntagged, codeUBadMSN, "MSN %d on queue %d, want %d", h.msn, h.qn, l.expMSN[h.qn])
 	}
-	if h.mo != 0 {
+	if !h.moLate && h.mo != 0 {
 		return violation(layerDDP, etypeUntagged, codeUBadMO, "message offset %d in a message's first segment", h.mo)
 	}
-	return nil
+	return nil // a late MO is checked against 0 when it is read
 }
 
 // readCtl reads a control message's whole payload (n bytes exactly, in one

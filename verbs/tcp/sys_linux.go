@@ -94,8 +94,8 @@ func (x *iovecs) writev(fd int, bufs [][]byte) (int, error) {
 type sockReader struct {
 	rc      syscall.RawConn
 	idle    func()
-	p, q    []byte // q: a second buffer, for ReadVec
-	iov     [2]unix.Iovec
+	p, q, s []byte // q, s: the second and third buffers, for ReadVec
+	iov     [3]unix.Iovec
 	n       int
 	err     error
 	waits   bool // this Read already called idle
@@ -127,8 +127,8 @@ func (r *sockReader) read(fd uintptr) bool {
 	for {
 		var n uintptr
 		var e syscall.Errno
-		if r.q != nil {
-			n, e = readv2(fd, &r.iov, r.p, r.q)
+		if r.q != nil || r.s != nil {
+			n, e = readv3(fd, &r.iov, r.p, r.q, r.s)
 		} else {
 			n, _, e = unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
 		}
@@ -145,7 +145,7 @@ func (r *sockReader) read(fd uintptr) bool {
 			return false
 		case 0:
 			r.n = int(n)
-			r.drained = r.n > 0 && r.n < len(r.p)+len(r.q)
+			r.drained = r.n > 0 && r.n < len(r.p)+len(r.q)+len(r.s)
 		default:
 			r.err = e
 		}
@@ -166,7 +166,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	if err == nil {
 		err = r.err
 	}
-	r.p, r.q, r.n, r.err, r.waits = nil, nil, 0, nil, false
+	r.p, r.q, r.s, r.n, r.err, r.waits = nil, nil, nil, 0, nil, false
 	if err != nil {
 		return 0, err
 	}
@@ -176,25 +176,39 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// ReadVec reads at least one byte into a and then b (b only once a is
-// full), with one readv, waiting for it.
-func (r *sockReader) ReadVec(a, b []byte) (int, error) {
-	if len(b) == 0 {
-		return r.Read(a)
+// ReadVec reads at least one byte into a, then b, then c (each only once
+// the one before is full; b and c may be empty), with one readv, waiting
+// for it.
+func (r *sockReader) ReadVec(a, b, c []byte) (int, error) {
+	if len(a) == 0 {
+		if len(b) == 0 {
+			return r.Read(c)
+		}
+		a, b, c = b, c, nil
 	}
-	r.q = b
+	if len(b) > 0 {
+		r.q = b
+	}
+	if len(c) > 0 {
+		r.s = c
+	}
 	return r.Read(a)
 }
 
-// readv2 reads into a then b with one readv(2).
-func readv2(fd uintptr, iov *[2]unix.Iovec, a, b []byte) (uintptr, syscall.Errno) {
-	iov[0] = unix.Iovec{Base: &a[0]}
-	iov[0].SetLen(len(a))
-	iov[1] = unix.Iovec{Base: &b[0]}
-	iov[1].SetLen(len(b))
-	n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), 2)
-	*iov = [2]unix.Iovec{}
-	return n, e
+// readv3 reads into a, then b, then c with one readv(2); a is not empty,
+// b and c may be.
+func readv3(fd uintptr, iov *[3]unix.Iovec, a, b, c []byte) (uintptr, syscall.Errno) {
+	n := 0
+	for _, p := range [3][]byte{a, b, c} {
+		if len(p) > 0 {
+			iov[n] = unix.Iovec{Base: &p[0]}
+			iov[n].SetLen(len(p))
+			n++
+		}
+	}
+	k, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+	*iov = [3]unix.Iovec{}
+	return k, e
 }
 
 // readNB reads what fd holds now, without waiting: errWouldBlock if

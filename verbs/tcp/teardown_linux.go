@@ -177,6 +177,16 @@ func (l *link) findLocked(t *termInfo) int {
 // offending segment's header, rr a READ's request. A failure of the
 // stream itself is no refusal: the connection is just over.
 func (l *link) refused(err error, h *header, rr *readRequest) bool {
+	if h == &l.dec.h && h.moLate {
+		// A SEND refused before its payload was read (no RECV, say):
+		// its MO, for the Terminate's copy of its header; a wrong one
+		// is reported rather than the refusal, as the header's fault.
+		l.dec.fillLate(readNB(l.fd))
+		before := errors.Is(err, verbs.ErrNoRecv) || errors.Is(err, verbs.ErrTooLong) || errors.Is(err, verbs.ErrRemoteOperation)
+		if before && !h.moLate && h.mo != l.dec.wantMO {
+			err = violation(layerDDP, etypeUntagged, codeUBadMO, "message offset %d, want %d", h.mo, l.dec.wantMO)
+		}
+	}
 	var we *wireError
 	t := termInfo{}
 	switch {

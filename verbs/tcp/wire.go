@@ -335,6 +335,7 @@ type header struct {
 	qn      uint32 // untagged
 	msn     uint32 // untagged
 	mo      uint32 // untagged
+	moLate  bool   // a SEND's MO, read with its first payload bytes (decoder.read)
 	hdrLen  int    // 2 + DDP header
 	payload int    // payload bytes
 	raw     []byte // the DDP header as received
@@ -346,6 +347,16 @@ type header struct {
 // and CRC (end), checking the CRC on the way. It never allocates, and it
 // reads no payload byte into memory of its own: after a trailer it reads
 // ahead at most the 16 bytes that every FPDU starts with.
+//
+// Those 16 bytes hold an untagged header but for its last field, the
+// message offset (MO). From a reader that can fill several buffers at
+// once (vecReader), the MO of a SEND with payload is read with the first
+// payload bytes, into the caller's memory, in one readv: the header's
+// last 4 bytes, then the payload, placed where a SEND's segment at the
+// expected MO goes (the segments of a message come in order over TCP),
+// then checked against that MO (expectMO): a segment whose MO differs
+// fails with a violation, its bytes placed only inside the memory the
+// caller gave read for the segment's payload at the expected MO.
 //
 // A decoder is thread-compatible.
 type decoder struct {
@@ -362,13 +373,16 @@ type decoder struct {
 	tail     [3 + 4 + 16]byte   // padding, CRC and read-ahead
 	tailHave int                // bytes of tail read with the payload's last bytes
 	inline   []byte             // the payload, when read with the header (control messages)
+	late     int                // bytes of the header still to read with the payload (h.moLate)
+	wantMO   uint32             // the MO the late header bytes must hold (expectMO)
 }
 
-// vecReader is a reader that can fill two buffers with one read (readv):
+// vecReader is a reader that can fill up to three buffers with one read
+// (readv), each only once the one before is full (b and c may be empty):
 // the decoder reads an FPDU's last payload bytes, its padding and CRC and
-// the next FPDU's first bytes at once.
+// the next FPDU's first bytes at once, and a SEND's MO with its payload.
 type vecReader interface {
-	ReadVec(a, b []byte) (int, error)
+	ReadVec(a, b, c []byte) (int, error)
 }
 
 // minHeader is what every FPDU starts with: its length and the shorter
@@ -415,14 +429,20 @@ func (d *decoder) next() (*header, error) {
 	h.payload = h.ulpdu - hl
 	// A control message (its payload the provider's own) or an FPDU
 	// without payload is read whole, with the rest of its header, its
-	// padding and CRC and the next FPDU's first bytes, in one read.
-	inline := 0
-	if h.payload == 0 || !h.tagged && h.payload <= maxTermLen && (h.op == opReadReq || h.op == opImm || h.op == opImmSE || h.op == opTerminate) {
+	// padding and CRC and the next FPDU's first bytes, in one read; a
+	// SEND's MO with its payload (read).
+	inline, late := 0, 0
+	_, vec := d.r.(vecReader)
+	switch {
+	case h.payload == 0 || !h.tagged && h.payload <= maxTermLen && (h.op == opReadReq || h.op == opImm || h.op == opImmSE || h.op == opTerminate):
 		inline = h.payload
 		if err := d.readWhole(2 + hl + inline); err != nil {
 			return nil, err
 		}
-	} else if d.have < 2+hl {
+	case vec && !h.tagged && (h.op == opSend || h.op == opSendSE) && d.have < 2+hl:
+		late = 2 + hl - d.have
+		clear(d.buf[d.have : 2+hl])
+	case d.have < 2+hl:
 		n, err := io.ReadFull(d.r, d.buf[d.have:2+hl])
 		d.have += n
 		if err != nil {
@@ -433,6 +453,7 @@ func (d *decoder) next() (*header, error) {
 		}
 	}
 	h.raw = h.rawBuf[:copy(h.rawBuf[:], d.buf[2:2+hl])]
+	h.moLate = late > 0
 	if h.tagged {
 		h.stag = binary.BigEndian.Uint32(d.buf[4:])
 		h.to = binary.BigEndian.Uint64(d.buf[8:])
@@ -446,8 +467,9 @@ func (d *decoder) next() (*header, error) {
 	d.open = true
 	d.left = h.payload
 	d.inline = d.buf[h.hdrLen : h.hdrLen+inline]
+	d.late, d.wantMO = late, 0
 	if d.crc {
-		d.sum = crc32.Update(0, castagnoli, d.buf[:h.hdrLen+inline])
+		d.sum = crc32.Update(0, castagnoli, d.buf[:h.hdrLen+inline-late])
 	}
 	if err := checkHeader(h); err != nil {
 		return nil, err
@@ -466,7 +488,7 @@ func (d *decoder) readWhole(n int) error {
 		var err error
 		switch {
 		case d.have < n && vec:
-			k, err = vr.ReadVec(d.buf[d.have:n], d.tail[:need+minHeader])
+			k, err = vr.ReadVec(d.buf[d.have:n], d.tail[:need+minHeader], nil)
 			extra := max(0, d.have+k-n)
 			d.have, d.tailHave = min(n, d.have+k), extra
 		case d.have < n:
@@ -524,8 +546,14 @@ func checkHeader(h *header) error {
 	return nil
 }
 
+// expectMO sets the MO that the current FPDU's header must hold, if it
+// is read with the payload (h.moLate): read fails with a violation once
+// it finds another. It is 0, a message's first segment's, unless set.
+func (d *decoder) expectMO(mo uint32) { d.wantMO = mo }
+
 // read reads payload bytes of the current FPDU into p, at most what is
-// left of it; it makes one Read call on the stream.
+// left of it; it makes one Read call on the stream (or, while the header's
+// MO is still to be read, one for each part of it that comes alone).
 func (d *decoder) read(p []byte) (int, error) {
 	if len(p) > d.left {
 		p = p[:d.left]
@@ -539,14 +567,40 @@ func (d *decoder) read(p []byte) (int, error) {
 		d.left -= n
 		return n, nil
 	}
-	var n, more int
-	var err error
-	if vr, ok := d.r.(vecReader); ok && len(p) == d.left {
+	var tail []byte
+	if len(p) == d.left {
 		// The payload's last bytes, and with them the padding, the CRC
 		// and the next FPDU's first bytes.
-		n, err = vr.ReadVec(p, d.tail[:padOf(d.h.ulpdu)+4+minHeader])
+		tail = d.tail[:padOf(d.h.ulpdu)+4+minHeader]
+	}
+	var n, more int
+	var err error
+	vr, vec := d.r.(vecReader)
+	for d.late > 0 && err == nil && n == 0 {
+		// The header's last bytes, the MO, and the payload.
+		at := d.h.hdrLen - d.late
+		var k int
+		if vec {
+			k, err = vr.ReadVec(d.buf[at:d.h.hdrLen], p, tail)
+		} else {
+			k, err = d.r.Read(d.buf[at:d.h.hdrLen])
+		}
+		hk := min(k, d.late)
+		d.late -= hk
+		n = k - hk
+		if d.late == 0 && k > 0 {
+			if lerr := d.lateHeader(); lerr != nil {
+				return 0, lerr
+			}
+		}
+	}
+	switch {
+	case n > 0 || err != nil:
 		n, more = min(n, len(p)), n-min(n, len(p))
-	} else {
+	case vec && tail != nil:
+		n, err = vr.ReadVec(p, tail, nil)
+		n, more = min(n, len(p)), n-min(n, len(p))
+	default:
 		n, err = d.r.Read(p)
 	}
 	if d.crc && n > 0 {
@@ -558,6 +612,41 @@ func (d *decoder) read(p []byte) (int, error) {
 		err = io.ErrUnexpectedEOF // the FPDU is not over
 	}
 	return n, err
+}
+
+// lateHeader takes the header's last bytes, read after next: it checks
+// the MO against the one expected and sums the bytes into the CRC.
+func (d *decoder) lateHeader() error {
+	h := &d.h
+	b := d.buf[2:h.hdrLen]
+	copy(h.rawBuf[:], b)
+	h.mo = binary.BigEndian.Uint32(d.buf[16:])
+	h.moLate = false
+	if d.crc {
+		d.sum = crc32.Update(d.sum, castagnoli, d.buf[minHeader:h.hdrLen])
+	}
+	if h.mo != d.wantMO {
+		return violation(layerDDP, etypeUntagged, codeUBadMO, "message offset %d, want %d", h.mo, d.wantMO)
+	}
+	return nil
+}
+
+// fillLate reads into the header what r holds of its last bytes, if they
+// are still to be read (the FPDU was refused before its payload was
+// read), for the copy of the header a Terminate carries; r must not wait.
+// What is not there stays zero.
+func (d *decoder) fillLate(r io.Reader) {
+	for d.late > 0 {
+		at := d.h.hdrLen - d.late
+		k, err := r.Read(d.buf[at:d.h.hdrLen])
+		d.late -= k
+		copy(d.h.rawBuf[at-2:], d.buf[at:at+k])
+		if err != nil || k == 0 {
+			return
+		}
+	}
+	d.h.mo = binary.BigEndian.Uint32(d.buf[16:])
+	d.h.moLate = false
 }
 
 // readFull fills p with payload bytes.
