@@ -507,21 +507,33 @@ func (h *hostile) expectTerminatePlaced(layer, etype, code uint8) {
 
 // TestHostileLateMOCopy: the Terminate of a SEND refused before its
 // payload was read, whose MO is read with the payload, carries the whole
-// header it came with, MO included.
+// header it came with, MO included, and its code is that of a wrong MO
+// before the refusal's; also when the MO comes after the refusal (the
+// peer writes the FPDU in pieces, cut at cuts, a pause after each).
 func TestHostileLateMOCopy(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		mo   uint32
+		cuts []int
 		code uint8
 	}{
-		{"NoRecv", 0, codeUNoBuffer},
-		{"NoRecvBadMO", 0x01020304, codeUBadMO},
+		{"NoRecv", 0, nil, codeUNoBuffer},
+		{"NoRecvBadMO", 0x01020304, nil, codeUBadMO},
+		{"NoRecvMOAfter", 0, []int{16}, codeUNoBuffer},
+		{"NoRecvBadMOAfter", 0x01020304, []int{16}, codeUBadMO},
+		{"NoRecvBadMOHalfAfter", 0x01020304, []int{16, 18}, codeUBadMO},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHostile(t, hostileOpts{crc: true, policy: verbs.RNRFail})
 			hdr := untagged(opSend, qnSend, 1, c.mo, true)
 			b := fpdu(h.crc, hdr, []byte("hello"))
-			h.write(b)
+			at := 0
+			for _, cut := range c.cuts {
+				h.write(b[at:cut])
+				time.Sleep(50 * time.Millisecond) // the provider refuses the SEND meanwhile
+				at = cut
+			}
+			h.write(b[at:])
 			tm := h.expectTerminate(layerDDP, etypeUntagged, c.code)
 			if diff := cmp.Diff(b[2:2+untaggedHdr], tm.hdr); diff != "" {
 				t.Errorf("the Terminate's copy of the header (-sent +copy):\n%s", diff)

@@ -179,9 +179,11 @@ func (l *link) findLocked(t *termInfo) int {
 func (l *link) refused(err error, h *header, rr *readRequest) bool {
 	if h == &l.dec.h && h.moLate {
 		// A SEND refused before its payload was read (no RECV, say):
-		// its MO, for the Terminate's copy of its header; a wrong one
-		// is reported rather than the refusal, as the header's fault.
-		l.dec.fillLate(readNB(l.fd))
+		// its MO, waited for as any header byte (Terminate's deadline
+		// ends the wait), for the Terminate's copy of its header; a
+		// wrong one is reported rather than the refusal, as the
+		// header's fault.
+		l.dec.fillLate()
 		before := errors.Is(err, verbs.ErrNoRecv) || errors.Is(err, verbs.ErrTooLong) || errors.Is(err, verbs.ErrRemoteOperation)
 		if before && !h.moLate && h.mo != l.dec.wantMO {
 			err = violation(layerDDP, etypeUntagged, codeUBadMO, "message offset %d, want %d", h.mo, l.dec.wantMO)

@@ -631,22 +631,27 @@ func (d *decoder) lateHeader() error {
 	return nil
 }
 
-// fillLate reads into the header what r holds of its last bytes, if they
-// are still to be read (the FPDU was refused before its payload was
-// read), for the copy of the header a Terminate carries; r must not wait.
-// What is not there stays zero.
-func (d *decoder) fillLate(r io.Reader) {
+// fillLate reads the header's last bytes, if they are still to be read
+// (the FPDU was refused before its payload was read), for the MO check
+// and the copy of the header a Terminate carries. It waits for them as
+// next waits for a header's bytes (which it read whole before the MO was
+// read late): the MO must not depend on when the peer's bytes came. What
+// a failed read (the stream's end, Terminate's deadline) leaves out stays
+// zero, and h.moLate true.
+func (d *decoder) fillLate() {
 	for d.late > 0 {
 		at := d.h.hdrLen - d.late
-		k, err := r.Read(d.buf[at:d.h.hdrLen])
+		k, err := d.r.Read(d.buf[at:d.h.hdrLen])
 		d.late -= k
-		copy(d.h.rawBuf[at-2:], d.buf[at:at+k])
 		if err != nil || k == 0 {
-			return
+			break
 		}
 	}
-	d.h.mo = binary.BigEndian.Uint32(d.buf[16:])
-	d.h.moLate = false
+	copy(d.h.rawBuf[:], d.buf[2:d.h.hdrLen])
+	if d.late == 0 {
+		d.h.mo = binary.BigEndian.Uint32(d.buf[16:])
+		d.h.moLate = false
+	}
 }
 
 // readFull fills p with payload bytes.
