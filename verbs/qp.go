@@ -508,15 +508,28 @@ func (qp *QP) Modify(to State) error {
 			qp.ep.Store(nil)
 			qp.epMu.Unlock()
 		}
+		// The move is made under sq.mu with the send queue empty: a send
+		// posted in Error meanwhile (posts check the state under sq.mu)
+		// is flushed first, not left queued where no run flushes it. The
+		// cause goes with the move, under errMu, as it came with the move
+		// in (enterError): Err is not nil, nor Done open, while State
+		// reads Error.
+		qp.sq.mu.Lock()
+		for qp.sq.head != qp.sq.tail {
+			qp.sq.mu.Unlock()
+			qp.drainSend()
+			qp.sq.mu.Lock()
+		}
+		defer qp.sq.mu.Unlock()
 		qp.errMu.Lock()
+		defer qp.errMu.Unlock()
+		if !qp.st.CompareAndSwap(uint32(from), uint32(StateReset)) {
+			return fmt.Errorf("%w: state changed during Modify", ErrQPState)
+		}
 		if from == StateError {
 			qp.cause = nil
 			qp.peer.Store(nil)
 			qp.done = make(chan struct{})
-		}
-		qp.errMu.Unlock()
-		if !qp.st.CompareAndSwap(uint32(from), uint32(StateReset)) {
-			return fmt.Errorf("%w: state changed during Modify", ErrQPState)
 		}
 		return nil
 	case to == StateInit && from == StateReset:
