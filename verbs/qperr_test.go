@@ -8,6 +8,33 @@ import (
 	"time"
 )
 
+// newNopQP returns a queue pair of a device over nopProvider, with one CQ
+// of cqDepth entries for both queues and a send queue of sendDepth (0: the
+// default), all closed when the test ends.
+func newNopQP(t *testing.T, cqDepth, sendDepth int) (*QP, *CQ) {
+	t.Helper()
+	d, err := Open(nopProvider{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(cqDepth, CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq.Close() })
+	qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: sendDepth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Close() })
+	return qp, cq
+}
+
 // TestErrWhenInError checks that Err never finds no cause once State says
 // Error: a goroutine that sees the state, or a work request flushed because
 // of it (a RECV posted in Error completes flushed at once), and asks Err
@@ -18,25 +45,7 @@ import (
 // the queue pair to Error: until it lets go, the state must not read Error
 // without its cause.
 func TestErrWhenInError(t *testing.T) {
-	d, err := Open(nopProvider{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(4, CQOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
+	qp, _ := newNopQP(t, 4, 0)
 
 	qp.errMu.Lock()
 	failed := make(chan struct{})
@@ -65,25 +74,7 @@ func TestErrWhenInError(t *testing.T) {
 // the Resets that returned, so that a new cycle's Error is not taken for
 // the old one.
 func TestErrWhileResetting(t *testing.T) {
-	d, err := Open(nopProvider{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(4, CQOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
+	qp, _ := newNopQP(t, 4, 0)
 
 	const cycles = 20000
 	var resets atomic.Int64
@@ -144,25 +135,7 @@ func TestErrWhileResetting(t *testing.T) {
 // and polls their completions while another cycles the queue pair through
 // Error, Reset and Init; after each Reset the send queue must be empty.
 func TestPostSendWhileResetting(t *testing.T) {
-	d, err := Open(nopProvider{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(64, CQOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, SendDepth: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
+	qp, cq := newNopQP(t, 64, 16)
 
 	stop := make(chan struct{})
 	posted := make(chan int)
