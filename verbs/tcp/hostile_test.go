@@ -85,6 +85,7 @@ type hostileOpts struct {
 	policy   verbs.RNRPolicy // announced in the raw peer's RTR; 0 sends none
 	recvs    int             // RECVs posted
 	recvSize int
+	lazy     time.Duration // the provider's lazyConfirm, if not 0
 }
 
 // newHostile sets up a queue pair accepted from a raw peer that asked for
@@ -92,6 +93,9 @@ type hostileOpts struct {
 func newHostile(t *testing.T, o hostileOpts) *hostile {
 	t.Helper()
 	p := New(WithLinger(time.Second))
+	if o.lazy > 0 {
+		p.opts.lazy = o.lazy
+	}
 	t.Cleanup(func() { p.Close() })
 	dev, err := verbs.Open(p)
 	if err != nil {

@@ -130,15 +130,9 @@ func (l *link) dropFenceLocked() {
 	l.readMSN--
 }
 
-// lazyConfirm is how long, at most, an unsignaled SEND or WRITE that went
-// without a fence waits for one: if no signaled message, READ or message
-// handed over with its send queue (or send CQ) fuller brought one
-// meanwhile, a fence goes alone (fenceIdle). It bounds how long such a
-// message holds its send queue slot and CQ reservation once delivered.
-const lazyConfirm = time.Millisecond
-
 // lazyFenceLocked records that a message went without a fence and, if
-// none is due yet, arms the timer that sends one (fenceIdle).
+// none is due yet, arms the timer that sends one (fenceIdle) after
+// lazyConfirm.
 func (l *link) lazyFenceLocked() {
 	l.lazy = true
 	if l.lazyArmed {
@@ -146,9 +140,9 @@ func (l *link) lazyFenceLocked() {
 	}
 	l.lazyArmed = true
 	if l.lazyTimer == nil {
-		l.lazyTimer = time.AfterFunc(lazyConfirm, l.fenceIdle)
+		l.lazyTimer = time.AfterFunc(l.p.opts.lazy, l.fenceIdle)
 	} else {
-		l.lazyTimer.Reset(lazyConfirm)
+		l.lazyTimer.Reset(l.p.opts.lazy)
 	}
 }
 

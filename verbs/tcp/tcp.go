@@ -94,10 +94,18 @@ type options struct {
 	segment   int
 	cc        string
 	peer      time.Duration
+	lazy      time.Duration // lazyConfirm; tests lengthen it
 }
 
+// lazyConfirm is how long, at most, an unsignaled SEND or WRITE that went
+// without a fence waits for one: if no signaled message, READ or message
+// handed over with its send queue (or send CQ) fuller brought one
+// meanwhile, a fence goes alone (fenceIdle). It bounds how long such a
+// message holds its send queue slot and CQ reservation once delivered.
+const lazyConfirm = time.Millisecond
+
 func defaultOptions() options {
-	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger, peer: DefaultPeerTimeout}
+	return options{crc: true, handshake: DefaultHandshakeTimeout, linger: DefaultLinger, peer: DefaultPeerTimeout, lazy: lazyConfirm}
 }
 
 // WithoutCRC asks for no MPA CRC: the provider does not set the CRC flag
