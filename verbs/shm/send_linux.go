@@ -147,9 +147,9 @@ func (l *link) Transmit(m *verbs.Message) (bool, error) {
 // the plain copy did and the checks failed (the target then reports the
 // violation, as for any message through the ring); so it does, with
 // nothing done or the bytes to be written again, when alone is false
-// (messages are in flight before it) and the operation fails. It is called
-// with tx held, so that Terminate waits for it and no arena is unmapped
-// under it.
+// (messages are in flight before it) and the operation fails, and when the
+// peer has terminated (its TERM ends the connection). It is called with tx
+// held, so that Terminate waits for it and no arena is unmapped under it.
 func (l *link) directLocked(m *verbs.Message, alone bool) (bool, error) {
 	access, write := mreg.RemoteWrite, true
 	if m.Op == verbs.OpRead {
@@ -161,10 +161,18 @@ func (l *link) directLocked(m *verbs.Message, alone bool) (bool, error) {
 	}
 	l.peer.access.Add(1)
 	defer l.peer.access.Add(-1)
-	var err error
 	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("shm: peer terminated: %w", verbs.ErrClosed)
-	} else if e := &l.theirs[slotOf(m.RKey)]; e.state.Load() != entryLive {
+		// The peer terminated: its TERM ends the connection, read after
+		// the outcomes it wrote before it, as Endpoint.Terminated asks.
+		// Failing here could come first: a peer that refuses a message
+		// terminates before it writes the outcome, and the receiver
+		// takes the message off inflight (leaving this one alone) before
+		// it completes it, so the refused work request was flushed and
+		// the queue pair recorded a disconnect.
+		return false, nil
+	}
+	var err error
+	if e := &l.theirs[slotOf(m.RKey)]; e.state.Load() != entryLive {
 		err = mreg.ErrInvalidKey
 	} else {
 		ri := verbs.RegionInfo{

@@ -1,0 +1,114 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exsgo/exs/mreg"
+	"github.com/exsgo/exs/verbs"
+)
+
+// TestDirectAfterPeerTerminated has a raw peer mark itself terminated (as
+// a peer that refuses a message does before it writes the outcome and its
+// TERM) and the victim post an RDMA WRITE that would take the direct path,
+// alone in flight: the WRITE must go through the ring rather than fail at
+// once as a disconnect, so that the connection ends with the peer's TERM,
+// read after the outcomes the peer wrote before it (the order
+// verbs.Endpoint.Terminated asks for). Failing at once made the suite's
+// Relaxed/Protection/Remote/NoRemoteWriteImm flush the refused
+// WRITE_WITH_IMM and record a disconnect, when the receiver had taken that
+// message off inflight but not completed it yet.
+func TestDirectAfterPeerTerminated(t *testing.T) {
+	const key = mreg.Key(0x5a5a0000 | 9)
+	v := newVictim(t, WithDirectMin(0))
+	first, second := bytes.Repeat([]byte("first..."), 8), bytes.Repeat([]byte("second.."), 8)
+	copy(v.loc.region(), first)
+	copy(v.loc.region()[64:], second)
+	v.loc.want = bytes.Clone(v.loc.buf)
+	for _, c := range []struct {
+		name  string
+		arena bool // the target lies in a shared-allocator arena: a plain copy; otherwise cross-memory attach
+	}{
+		{"CrossMemoryAttach", false},
+		{"SharedArena", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, a := v.attack(t, rawOpts{probe: !c.arena})
+			var target []byte
+			raddr := uint64(0x7f00_0000_0000)
+			if c.arena {
+				m := r.sendArena(t, 1, 4096)
+				v.waitArenas(t, a, 1)
+				target = m[128 : 128+64]
+				r.publishEntry(key, raddr, 64, 1, 128)
+			} else {
+				if !v.linkOf(t, a.qp).cma {
+					t.Skip("no cross-memory attach into this process")
+				}
+				target = make([]byte, 64)
+				raddr = uint64(uintptrOf(target))
+				r.publishEntry(key, raddr, 64, 0, 0)
+			}
+			write := func(id uint64, off int) {
+				t.Helper()
+				if err := a.qp.PostSend(verbs.SendWR{WRID: id, Opcode: verbs.OpWrite, SGL: []verbs.SGE{v.loc.mr.SGE(off, 64)},
+					RKey: key, RemoteAddr: raddr}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), hostileTimeout)
+			defer cancel()
+			// The direct path works: the raw peer answers nothing on the
+			// rings.
+			write(1, 0)
+			wcs := make([]verbs.WC, 1)
+			if _, err := a.cq.Wait(ctx, wcs, 1); err != nil || wcs[0].Status != verbs.StatusSuccess {
+				t.Fatalf("the first WRITE: %v %v", err, wcs[0].Status)
+			}
+			if !bytes.Equal(target, first) {
+				t.Fatalf("the first WRITE placed %q, want %q", target, first)
+			}
+			r.l.me.closed.Store(1)
+			write(2, 64)
+			for deadline := time.Now().Add(hostileTimeout); ; {
+				if a.cq.Poll(wcs) == 1 {
+					t.Fatalf("the WRITE after the peer terminated completed with %v before the peer's TERM (Err %v)", wcs[0].Status, a.qp.Err())
+				}
+				b, err := r.l.rx.reqIn.peek()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b != nil {
+					if b[4] != recReq || verbs.Opcode(b[5]) != verbs.OpWrite || binary.LittleEndian.Uint32(b[16:]) != uint32(key) {
+						t.Fatalf("the victim sent % x, want its WRITE", b)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the WRITE did not come through the ring")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			r.put(t, true, respRec(recTerm, termError, 0, []byte("refused")))
+			if err := terminated(t, a); !errors.Is(err, verbs.ErrTerminated) || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("the victim's queue pair failed with %v, want ErrTerminated with the peer's text", err)
+			}
+			if _, err := a.cq.Wait(ctx, wcs, 1); err != nil || wcs[0].WRID != 2 || wcs[0].Status != verbs.StatusFlushed {
+				t.Errorf("the second WRITE: %v %+v, want it flushed", err, wcs[0])
+			}
+			if !bytes.Equal(target, first) {
+				t.Errorf("the target holds %q after the peer terminated, want %q", target, first)
+			}
+			r.close()
+			v.settled(t)
+			v.after(t)
+		})
+	}
+}
