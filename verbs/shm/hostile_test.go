@@ -1228,6 +1228,32 @@ func TestHostileResponses(t *testing.T) {
 	}
 }
 
+// awaitRingWrite waits for the victim's RDMA WRITE to key to come through
+// the request ring (not placed directly), calling check, if not nil,
+// before each look.
+func (r *raw) awaitRingWrite(t *testing.T, key mreg.Key, check func()) {
+	t.Helper()
+	for deadline := time.Now().Add(hostileTimeout); ; {
+		if check != nil {
+			check()
+		}
+		b, err := r.l.rx.reqIn.peek()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b != nil {
+			if b[4] != recReq || verbs.Opcode(b[5]) != verbs.OpWrite || binary.LittleEndian.Uint32(b[16:]) != uint32(key) {
+				t.Fatalf("the victim sent % x, want its WRITE", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WRITE did not come through the ring")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // publishEntry writes a forged registration into the raw peer's table,
 // which the victim reads as the peer's published regions.
 func (r *raw) publishEntry(rkey mreg.Key, addr, n uint64, arena uint32, off uint64) {
@@ -1331,23 +1357,7 @@ func TestHostileArenaEntries(t *testing.T) {
 					t.Fatalf("the WRITE: %v %v", err, wcs[0].Status)
 				}
 			} else {
-				// The WRITE comes through the ring.
-				for deadline := time.Now().Add(hostileTimeout); ; {
-					b, err := r.l.rx.reqIn.peek()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if b != nil {
-						if b[4] != recReq || verbs.Opcode(b[5]) != verbs.OpWrite || binary.LittleEndian.Uint32(b[16:]) != uint32(key) {
-							t.Fatalf("the victim sent % x, want its WRITE", b)
-						}
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the WRITE did not come through the ring")
-					}
-					time.Sleep(100 * time.Microsecond)
-				}
+				r.awaitRingWrite(t, key, nil)
 			}
 			if !bytes.Equal(m, want) {
 				t.Error("the arena does not hold what it should")

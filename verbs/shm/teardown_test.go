@@ -5,11 +5,9 @@ package shm
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/exsgo/exs/mreg"
 	"github.com/exsgo/exs/verbs"
@@ -77,25 +75,11 @@ func TestDirectAfterPeerTerminated(t *testing.T) {
 			}
 			r.l.me.closed.Store(1)
 			write(2, 64)
-			for deadline := time.Now().Add(hostileTimeout); ; {
+			r.awaitRingWrite(t, key, func() {
 				if a.cq.Poll(wcs) == 1 {
 					t.Fatalf("the WRITE after the peer terminated completed with %v before the peer's TERM (Err %v)", wcs[0].Status, a.qp.Err())
 				}
-				b, err := r.l.rx.reqIn.peek()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if b != nil {
-					if b[4] != recReq || verbs.Opcode(b[5]) != verbs.OpWrite || binary.LittleEndian.Uint32(b[16:]) != uint32(key) {
-						t.Fatalf("the victim sent % x, want its WRITE", b)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the WRITE did not come through the ring")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
+			})
 			r.put(t, true, respRec(recTerm, termError, 0, []byte("refused")))
 			if err := terminated(t, a); !errors.Is(err, verbs.ErrTerminated) || !strings.Contains(err.Error(), "refused") {
 				t.Errorf("the victim's queue pair failed with %v, want ErrTerminated with the peer's text", err)

@@ -88,6 +88,18 @@ type hostileOpts struct {
 	lazy     time.Duration // the provider's lazyConfirm, if not 0
 }
 
+// link returns the provider's one link, the raw peer's.
+func (h *hostile) link() *link {
+	h.t.Helper()
+	h.p.mu.Lock()
+	links := slices.Collect(maps.Keys(h.p.links))
+	h.p.mu.Unlock()
+	if len(links) != 1 {
+		h.t.Fatalf("%d links, want 1", len(links))
+	}
+	return links[0]
+}
+
 // newHostile sets up a queue pair accepted from a raw peer that asked for
 // o's CRC setting and sent its ready-to-receive message.
 func newHostile(t *testing.T, o hostileOpts) *hostile {
@@ -759,13 +771,7 @@ func TestHostileNoAllocation(t *testing.T) {
 		t.Errorf("the provider read %d fences without their responses being read", sent)
 	}
 	// What bounds the provider's memory: the control FPDUs it queued.
-	h.p.mu.Lock()
-	links := slices.Collect(maps.Keys(h.p.links))
-	h.p.mu.Unlock()
-	if len(links) != 1 {
-		t.Fatalf("%d links, want 1", len(links))
-	}
-	l := links[0]
+	l := h.link()
 	l.mu.Lock()
 	peak := l.ctlPeak
 	l.mu.Unlock()

@@ -3,9 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
-	"maps"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -192,13 +190,7 @@ func TestRecordsBounded(t *testing.T) {
 		post()
 		h.frame(tagged(opReadResp, rr.sinkSTag, rr.sinkTO, true), nil)
 	}
-	h.p.mu.Lock()
-	links := slices.Collect(maps.Keys(h.p.links))
-	h.p.mu.Unlock()
-	if len(links) != 1 {
-		t.Fatalf("%d links, want 1", len(links))
-	}
-	l := links[0]
+	l := h.link()
 	l.mu.Lock()
 	held, size := len(l.recs)-l.rh, cap(l.recs)
 	l.mu.Unlock()
