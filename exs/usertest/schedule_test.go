@@ -20,13 +20,14 @@ import (
 	"github.com/exsgo/exs/verbs"
 	"github.com/exsgo/exs/verbs/faults"
 	"github.com/exsgo/exs/verbs/inproc"
+	"github.com/exsgo/exs/verbs/tcp"
 )
 
 // The fault-schedule harness: each seed draws a workload (connections, each
 // with its socket type, protocol mode, stream buffer, frame count and wait
 // mode; per side its sends, shutdown, recvs with or without MSG_WAITALL, its
 // memory, and how it ends: in order, or by Close or Cancel at some point)
-// and a fault schedule for the in-process provider wrapped by package
+// and a fault schedule for the provider wrapped by package
 // verbs/faults (delayed and late messages, connections dropped
 // at a chosen message as a reset or a transport failure, a refused post, a
 // refused registration, a refused connect). It runs the workload end to end
@@ -57,7 +58,9 @@ import (
 //
 // Most seeds run in one process over the in-process provider; one in
 // shmShare runs over the same-host provider between this process and a
-// child process (schedule_shm_test.go).
+// child process (schedule_shm_test.go), and one in tcpShare of the others
+// in this process over the TCP provider on loopback. The fault schedule is
+// applied by package verbs/faults wrapping each provider.
 
 // Per-seed bounds.
 const (
@@ -425,6 +428,30 @@ var faultSide = [2]faults.Side{faults.Dialer, faults.Acceptor}
 
 func endKey(addr string, side faults.Side) string { return fmt.Sprintf("%s/%v", addr, side) }
 
+// tcpShare: one seed in tcpShare (of those in this process) runs over the
+// TCP provider on loopback (EXS_TCP_SHARE: 1 every seed, 0 none).
+var tcpShare = func() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("EXS_TCP_SHARE"), 10, 64); err == nil {
+		return v
+	}
+	return 8
+}()
+
+// tcpSeed reports whether seed runs over the TCP provider.
+func tcpSeed(seed uint64) bool { return tcpShare > 0 && mix(seed^0x7c9)%tcpShare == 0 }
+
+// tcpAddrs returns the loopback addresses of a seed's connections: each
+// its own address of 127.0.0.0/8, drawn from the seed and the connection,
+// so that the seeds running at once never share one, on a fixed port
+// below the ephemeral range.
+func tcpAddrs(seed uint64, n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("tcp:127.%d.%d.%d:24310", 1+seed%250, i, 1+(seed/250)%250)
+	}
+	return addrs
+}
+
 // inprocAddrs returns the in-process addresses of a seed's connections.
 func inprocAddrs(seed uint64, n int) []string {
 	addrs := make([]string, n)
@@ -512,20 +539,26 @@ func (sr *seedRun) filters() faults.Filters {
 
 // runSeed runs one seed and returns its violations: over the in-process
 // provider, or, for the same-host share of the seeds, between this process
-// and peer (nil: the share runs in-process too).
+// and peer (nil: the share runs in-process too), or, for the TCP share of
+// the others, over the TCP provider on loopback.
 func runSeed(seed uint64, peer *schedPeer) (plan *schedPlan, errs []string) {
 	if peer != nil && shmSeed(seed) {
 		return runSeedShm(seed, peer)
 	}
-	return runSeedInproc(seed)
+	if tcpSeed(seed) {
+		return runSeedOver(seed, "tcp", faults.New(tcp.New()), tcpAddrs(seed, len(newSchedPlan(seed).Conns)))
+	}
+	return runSeedOver(seed, "inproc", faults.New(inproc.New()), inprocAddrs(seed, len(newSchedPlan(seed).Conns)))
 }
 
-// runSeedInproc runs one seed over the in-process provider.
-func runSeedInproc(seed uint64) (plan *schedPlan, errs []string) {
+// runSeedOver runs one seed in this process over p, the faults provider
+// wrapping the provider of scheme, with the connections' listening
+// addresses addrs.
+func runSeedOver(seed uint64, scheme string, p *faults.Provider, addrs []string) (plan *schedPlan, errs []string) {
 	plan = newSchedPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), seedDeadline)
 	defer cancel()
-	sr := newSeedRun(ctx, plan, faults.New(inproc.New()), inprocAddrs(seed, len(plan.Conns)), 0, 1)
+	sr := newSeedRun(ctx, plan, p, addrs, 0, 1)
 	sr.p.Set(sr.filters())
 	defer func() {
 		if err := sr.p.Close(); err != nil {
@@ -534,7 +567,7 @@ func runSeedInproc(seed uint64) (plan *schedPlan, errs []string) {
 	}()
 	stacks := [2]*exs.Stack{}
 	for s := range stacks {
-		st, err := exs.NewStack(exs.WithProvider("inproc", sr.p))
+		st, err := exs.NewStack(exs.WithProvider(scheme, sr.p))
 		if err != nil {
 			return plan, []string{err.Error()}
 		}
@@ -1294,7 +1327,7 @@ func TestFaultSchedules(t *testing.T) {
 		}
 		base := currentLevels()
 		plan, errs := runSeed(seed, peer)
-		t.Logf("plan (between processes over shm: %v):\n%v", peer != nil, plan)
+		t.Logf("plan (between processes over shm: %v, over TCP: %v):\n%v", peer != nil, peer == nil && tcpSeed(seed), plan)
 		for _, e := range errs {
 			t.Error(e)
 		}
@@ -1309,7 +1342,7 @@ func TestFaultSchedules(t *testing.T) {
 	}
 	first := envInt(t, "EXS_SEED_BASE", uint64(time.Now().UnixNano()))
 	workers := 8 * runtime.GOMAXPROCS(0) // seeds mostly wait out delays
-	t.Logf("%d seeds from %d, %d at a time, one in %d between processes (EXS_SEEDS, EXS_SEED_BASE)", n, first, workers, shmShare)
+	t.Logf("%d seeds from %d, %d at a time, one in %d between processes, one in %d of the rest over TCP (EXS_SEEDS, EXS_SEED_BASE, EXS_SHM_SHARE, EXS_TCP_SHARE)", n, first, workers, shmShare, tcpShare)
 	peer := startSchedPeer(t)
 	start := time.Now()
 	base := currentLevels()
@@ -1368,13 +1401,15 @@ func TestFaultSchedules(t *testing.T) {
 
 // faultTotals counts what the seeds drew.
 type faultTotals struct {
-	seeds, shmSeeds, conns, drops, refusedPosts, refusedRegs, refusedDials, early atomic.Int64
+	seeds, shmSeeds, tcpSeeds, conns, drops, refusedPosts, refusedRegs, refusedDials, early atomic.Int64
 }
 
 func (ft *faultTotals) add(p *schedPlan) {
 	ft.seeds.Add(1)
 	if shmSeed(p.Seed) {
 		ft.shmSeeds.Add(1)
+	} else if tcpSeed(p.Seed) {
+		ft.tcpSeeds.Add(1)
 	}
 	if p.RefuseReg >= 0 {
 		ft.refusedRegs.Add(1)
@@ -1399,6 +1434,6 @@ func (ft *faultTotals) add(p *schedPlan) {
 }
 
 func (ft *faultTotals) String() string {
-	return fmt.Sprintf("%d between processes; %d connections; scheduled: %d drops, %d refused posts, %d refused registrations, %d refused connects; %d sides ending early",
-		ft.shmSeeds.Load(), ft.conns.Load(), ft.drops.Load(), ft.refusedPosts.Load(), ft.refusedRegs.Load(), ft.refusedDials.Load(), ft.early.Load())
+	return fmt.Sprintf("%d between processes, %d over TCP; %d connections; scheduled: %d drops, %d refused posts, %d refused registrations, %d refused connects; %d sides ending early",
+		ft.shmSeeds.Load(), ft.tcpSeeds.Load(), ft.conns.Load(), ft.drops.Load(), ft.refusedPosts.Load(), ft.refusedRegs.Load(), ft.refusedDials.Load(), ft.early.Load())
 }
