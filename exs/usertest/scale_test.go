@@ -280,11 +280,21 @@ func closeAll(ctx context.Context, st *exs.Stack, socks []*exs.Socket) error {
 }
 
 // TestManyConnections opens 100 connections (EXS_CONNS; 1,000 in .ci/run's
-// scale step) at once between two stacks of this process, with the default
-// options but a connect time limit of a minute, each carrying a message
-// both ways while all are up; it reports what a connection costs and
-// checks that closing them gives everything back.
+// scale step) at once between two stacks of this process, over the
+// in-process provider and over the TCP provider on loopback, with the
+// default options but a connect time limit of a minute, each carrying a
+// message both ways while all are up; it reports what a connection costs
+// and checks that closing them gives everything back.
 func TestManyConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		addr func(testing.TB) string
+	}{{"inproc", inprocAddr}, {"tcp", tcpAddr}} {
+		t.Run(tc.name, func(t *testing.T) { manyConnections(t, tc.addr(t)) })
+	}
+}
+
+func manyConnections(t *testing.T, addr string) {
 	n := connections(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -301,7 +311,6 @@ func TestManyConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := inprocAddr(t)
 	if err := ln.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +318,7 @@ func TestManyConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	srv, cli, err := openEcho(ctx, server, client, ln, addr, n)
+	srv, cli, err := openEcho(ctx, server, client, ln, ln.Addr(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
