@@ -542,7 +542,9 @@ func soakTime(t *testing.T) time.Duration {
 // default): eight long-lived connections carrying a stream of random sends
 // both ways, and four workers that each open a connection of a random
 // type, mode and stream buffer, move a few random transfers both ways,
-// end it in order and start again; every byte is checked. It then checks
+// end it in order and start again; every byte is checked. A quarter of
+// them (two long-lived, one worker) go over the TCP provider on loopback,
+// the rest over the in-process provider. It then checks
 // that the goroutines, open descriptors, mappings and heap came back to
 // their level after a warm-up round.
 func TestSoak(t *testing.T) {
@@ -614,18 +616,22 @@ func soakRound(ctx context.Context, t *testing.T, round int, d time.Duration) *s
 		}
 	}
 	seq := 0
-	newAddr := func() string {
+	newAddr := func(overTCP bool) string {
+		if overTCP {
+			return "tcp:127.0.0.1:0"
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		seq++
 		return fmt.Sprintf("%s-r%d-%d", inprocAddr(t), round, seq)
 	}
 	for w := range 12 {
-		long := w < 8 // the first eight keep one connection the whole round
+		long := w < 8       // the first eight keep one connection the whole round
+		overTCP := w%4 == 3 // three, two of them long, over the TCP provider
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(round), uint64(w)))
 			for k := 0; time.Now().Before(end) || k == 0; k++ {
-				if err := soakConn(ctx, server, client, newAddr(), r, long, end, &stats); err != nil {
+				if err := soakConn(ctx, server, client, newAddr(overTCP), r, long, end, &stats); err != nil {
 					fail(err)
 					return
 				}
@@ -668,7 +674,7 @@ func soakConn(ctx context.Context, server, client *exs.Stack, addr string, r *ra
 	if err != nil {
 		return err
 	}
-	if err := c.Connect(qc, addr, nil); err != nil {
+	if err := c.Connect(qc, ln.Addr(), nil); err != nil {
 		return err
 	}
 	ev, err := dequeue(ctx, qs)
