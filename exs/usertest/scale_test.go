@@ -289,7 +289,7 @@ func TestManyConnections(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		addr func(testing.TB) string
-	}{{"inproc", inprocAddr}, {"tcp", tcpAddr}} {
+	}{{"inproc", inprocAddr}, {"tcp", func(testing.TB) string { return "tcp:127.0.0.1:0" }}} {
 		t.Run(tc.name, func(t *testing.T) { manyConnections(t, tc.addr(t)) })
 	}
 }

@@ -426,7 +426,19 @@ func newSeedRun(ctx context.Context, plan *schedPlan, p *faults.Provider, addrs 
 // faultSide is the faults provider's side of a connection's side.
 var faultSide = [2]faults.Side{faults.Dialer, faults.Acceptor}
 
-func endKey(addr string, side faults.Side) string { return fmt.Sprintf("%s/%v", addr, side) }
+func endKey(addr string, side faults.Side) string { return fmt.Sprintf("%s/%v", hostOf(addr), side) }
+
+// hostOf returns a connection's listening address without its port if it
+// is a TCP address: a TCP seed's connections listen on port 0 of addresses
+// of their own (tcpAddrs), and the port the system gave tells nothing more.
+func hostOf(addr string) string {
+	if h, ok := strings.CutPrefix(addr, "tcp:"); ok {
+		if i := strings.LastIndexByte(h, ':'); i >= 0 {
+			return "tcp:" + h[:i]
+		}
+	}
+	return addr
+}
 
 // tcpShare: one seed in tcpShare (of those in this process) runs over the
 // TCP provider on loopback (EXS_TCP_SHARE: 1 every seed, 0 none).
@@ -442,12 +454,13 @@ func tcpSeed(seed uint64) bool { return tcpShare > 0 && mix(seed^0x7c9)%tcpShare
 
 // tcpAddrs returns the loopback addresses of a seed's connections: each
 // its own address of 127.0.0.0/8, drawn from the seed and the connection,
-// so that the seeds running at once never share one, on a fixed port
-// below the ephemeral range.
+// so that the seeds running at once in this process never share one (the
+// fault filters tell the connections apart by it), and port 0, so that
+// the system gives each listener a port nothing else holds.
 func tcpAddrs(seed uint64, n int) []string {
 	addrs := make([]string, n)
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("tcp:127.%d.%d.%d:24310", 1+seed%250, i, 1+(seed/250)%250)
+		addrs[i] = fmt.Sprintf("tcp:127.%d.%d.%d:0", 1+seed%250, i, 1+(seed/250)%250)
 	}
 	return addrs
 }
@@ -473,7 +486,7 @@ func (sr *seedRun) filters() faults.Filters {
 	refused := map[string]bool{}
 	for i, c := range sr.plan.Conns {
 		if c.Refuse {
-			refused[sr.addrs[i]] = true
+			refused[hostOf(sr.addrs[i])] = true
 		}
 	}
 	return faults.Filters{
@@ -529,7 +542,7 @@ func (sr *seedRun) filters() faults.Filters {
 			return nil
 		},
 		Dial: func(addr string) error {
-			if refused[addr] {
+			if refused[hostOf(addr)] {
 				return fmt.Errorf("refused connect to %s: %w: %w", addr, faults.ErrInjected, syscall.ECONNREFUSED)
 			}
 			return nil
@@ -546,23 +559,29 @@ func runSeed(seed uint64, peer *schedPeer) (plan *schedPlan, errs []string) {
 		return runSeedShm(seed, peer)
 	}
 	if tcpSeed(seed) {
-		return runSeedOver(seed, "tcp", faults.New(tcp.New()), tcpAddrs(seed, len(newSchedPlan(seed).Conns)))
+		return runSeedOver(seed, "tcp", tcp.New(), tcpAddrs(seed, len(newSchedPlan(seed).Conns)))
 	}
-	return runSeedOver(seed, "inproc", faults.New(inproc.New()), inprocAddrs(seed, len(newSchedPlan(seed).Conns)))
+	return runSeedOver(seed, "inproc", inproc.New(), inprocAddrs(seed, len(newSchedPlan(seed).Conns)))
 }
 
-// runSeedOver runs one seed in this process over p, the faults provider
-// wrapping the provider of scheme, with the connections' listening
-// addresses addrs.
-func runSeedOver(seed uint64, scheme string, p *faults.Provider, addrs []string) (plan *schedPlan, errs []string) {
+// runSeedOver runs one seed in this process over inner, the provider of
+// scheme, wrapped by the faults provider, with the connections' listening
+// addresses addrs; it closes both providers (the in-process one has no
+// Close).
+func runSeedOver(seed uint64, scheme string, inner verbs.Provider, addrs []string) (plan *schedPlan, errs []string) {
 	plan = newSchedPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), seedDeadline)
 	defer cancel()
-	sr := newSeedRun(ctx, plan, p, addrs, 0, 1)
+	sr := newSeedRun(ctx, plan, faults.New(inner), addrs, 0, 1)
 	sr.p.Set(sr.filters())
 	defer func() {
 		if err := sr.p.Close(); err != nil {
 			errs = append(errs, fmt.Sprintf("closing the faults provider: %v", err))
+		}
+		if c, ok := inner.(interface{ Close() error }); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Sprintf("closing the %s provider: %v", scheme, err))
+			}
 		}
 	}()
 	stacks := [2]*exs.Stack{}
@@ -675,7 +694,7 @@ func (sr *seedRun) setUp(stacks [2]*exs.Stack, i int) (socks [2]*exs.Socket, up 
 	if socks[0], err = stacks[0].Socket(c.Type, opts...); err != nil {
 		return socks, false, err
 	}
-	if err := socks[0].Connect(qs[0], addr, "connect"); err != nil {
+	if err := socks[0].Connect(qs[0], ln.Addr(), "connect"); err != nil {
 		return socks, false, err
 	}
 	ev, err := sr.next(qs[0])
@@ -1318,7 +1337,8 @@ func TestSchedPlanBounds(t *testing.T) {
 // TestFaultSchedules runs the harness: EXS_SEEDS seeds from EXS_SEED_BASE,
 // or the one seed EXS_SEED.
 func TestFaultSchedules(t *testing.T) {
-	const replay = "cd exs/usertest && EXS_SEED=%d go test -run '^TestFaultSchedules$' ."
+	// The shares decide where a seed runs: a replay takes this run's.
+	replay := fmt.Sprintf("cd exs/usertest && EXS_SHM_SHARE=%d EXS_TCP_SHARE=%d EXS_SEED=%%d go test -run '^TestFaultSchedules$' .", shmShare, tcpShare)
 	if s := os.Getenv("EXS_SEED"); s != "" {
 		seed := envInt(t, "EXS_SEED", 0)
 		var peer *schedPeer
