@@ -218,7 +218,10 @@ type request struct {
 func (r *request) PrivateData() []byte { return r.private }
 
 // Accept sends the MPA reply and starts the connection's link. It fails
-// with an error wrapping syscall.ECONNABORTED if the requester is gone.
+// with an error wrapping syscall.ECONNABORTED if the requester is gone:
+// it closed the connection without a byte after its request (it gave up).
+// A requester that ended its stream after sending messages is accepted,
+// and its messages are delivered.
 func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error) {
 	if err := r.Answer(); err != nil {
 		return nil, err
@@ -232,7 +235,10 @@ func (r *request) Accept(ep *verbs.Endpoint, private []byte) (verbs.Link, error)
 	if err == nil {
 		if fd, ferr := fdOf(c); ferr != nil {
 			err = ferr
-		} else if peerClosed(fd) {
+		} else if peerClosed(fd) && !hasData(fd) {
+			// A requester that gave up closed without a byte after its
+			// request; one that read this reply, sent its messages and
+			// ended in order left them to read, before its end.
 			err = errors.New("the requester closed the connection")
 		}
 	}

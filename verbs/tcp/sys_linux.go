@@ -247,6 +247,13 @@ func peerClosed(fd int) bool {
 	}
 }
 
+// hasData reports whether the socket fd holds received bytes not yet
+// read (SIOCINQ), the end of the stream aside.
+func hasData(fd int) bool {
+	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	return err == nil && n > 0
+}
+
 // sockError returns (and clears) the socket's pending error (SO_ERROR):
 // nil if none.
 func sockError(fd int) error {
