@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -32,12 +31,7 @@ import (
 // seeds. The child checks at its end that its goroutines and descriptors
 // came back to their level before its first seed.
 // EXS_SHM_SHARE sets another share (1: every seed, 0: none).
-var shmShare = func() uint64 {
-	if v, err := strconv.ParseUint(os.Getenv("EXS_SHM_SHARE"), 10, 64); err == nil {
-		return v
-	}
-	return 8
-}()
+var shmShare = shareOf("EXS_SHM_SHARE")
 
 // shmSeed reports whether seed runs between processes.
 func shmSeed(seed uint64) bool { return shmShare > 0 && mix(seed^0x5eed5)%shmShare == 0 }

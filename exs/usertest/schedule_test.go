@@ -442,12 +442,16 @@ func hostOf(addr string) string {
 
 // tcpShare: one seed in tcpShare (of those in this process) runs over the
 // TCP provider on loopback (EXS_TCP_SHARE: 1 every seed, 0 none).
-var tcpShare = func() uint64 {
-	if v, err := strconv.ParseUint(os.Getenv("EXS_TCP_SHARE"), 10, 64); err == nil {
+var tcpShare = shareOf("EXS_TCP_SHARE")
+
+// shareOf returns the share the environment variable name sets: one seed
+// in that many (1: every seed, 0: none), 8 if it is not set.
+func shareOf(name string) uint64 {
+	if v, err := strconv.ParseUint(os.Getenv(name), 10, 64); err == nil {
 		return v
 	}
 	return 8
-}()
+}
 
 // tcpSeed reports whether seed runs over the TCP provider.
 func tcpSeed(seed uint64) bool { return tcpShare > 0 && mix(seed^0x7c9)%tcpShare == 0 }
@@ -559,20 +563,20 @@ func runSeed(seed uint64, peer *schedPeer) (plan *schedPlan, errs []string) {
 		return runSeedShm(seed, peer)
 	}
 	if tcpSeed(seed) {
-		return runSeedOver(seed, "tcp", tcp.New(), tcpAddrs(seed, len(newSchedPlan(seed).Conns)))
+		return runSeedOver(seed, "tcp", tcp.New(), tcpAddrs)
 	}
-	return runSeedOver(seed, "inproc", inproc.New(), inprocAddrs(seed, len(newSchedPlan(seed).Conns)))
+	return runSeedOver(seed, "inproc", inproc.New(), inprocAddrs)
 }
 
 // runSeedOver runs one seed in this process over inner, the provider of
 // scheme, wrapped by the faults provider, with the connections' listening
-// addresses addrs; it closes both providers (the in-process one has no
-// Close).
-func runSeedOver(seed uint64, scheme string, inner verbs.Provider, addrs []string) (plan *schedPlan, errs []string) {
+// addresses from addrsOf; it closes both providers (the in-process one has
+// no Close).
+func runSeedOver(seed uint64, scheme string, inner verbs.Provider, addrsOf func(seed uint64, n int) []string) (plan *schedPlan, errs []string) {
 	plan = newSchedPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), seedDeadline)
 	defer cancel()
-	sr := newSeedRun(ctx, plan, faults.New(inner), addrs, 0, 1)
+	sr := newSeedRun(ctx, plan, faults.New(inner), addrsOf(seed, len(plan.Conns)), 0, 1)
 	sr.p.Set(sr.filters())
 	defer func() {
 		if err := sr.p.Close(); err != nil {
