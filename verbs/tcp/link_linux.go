@@ -178,7 +178,9 @@ type linkRx struct {
 	peerRNR     verbs.RNRPolicy
 	rtrSeen     bool
 	first       bool
-	grace       bool // Terminate came: only fences are still answered
+	grace       bool        // Terminate came: only fences are still answered
+	owed        bool        // a message was delivered after the last fence or READ answered
+	sock        *sockReader // dec's reader until the grace (graceReader)
 	pl          payload
 	sink        respSink
 	tm          verbs.Message
@@ -232,6 +234,7 @@ func newLink(p *Provider, c *net.TCPConn, ep *verbs.Endpoint, crc, passive bool)
 	r.idle = l.idle
 	l.input = r.in
 	l.dec = decoder{r: r, crc: crc}
+	l.sock = r
 	l.pl.l = l
 	l.sink.l = l
 	if !p.addLink(l) {

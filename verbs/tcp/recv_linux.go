@@ -57,21 +57,46 @@ func (l *link) run() {
 }
 
 // toGrace reports whether err is the interruption of Terminate, between
-// FPDUs of a plain disconnect: the receiver then reads on without
-// blocking, answering the fences that came after delivered messages until
-// the socket holds nothing more or something that is not a fence.
+// FPDUs of a plain disconnect: the receiver then reads on, answering the
+// fences that came after delivered messages, until the socket holds
+// nothing more or something that is not a fence (graceReader).
 func (l *link) toGrace(err error) bool {
 	if l.grace || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
 	}
 	l.mu.Lock()
 	ok := l.term && !l.termErr && !l.peerEnded
-	l.mu.Unlock()
 	if ok {
 		l.grace = true
-		l.dec.r = readNB(l.fd)
+		l.dec.r = graceReader{l}
+		if !l.aborted {
+			// The wait for a fence still on its way (graceReader);
+			// abort and finishRx set their own deadline later.
+			l.c.SetReadDeadline(time.Now().Add(l.p.opts.linger))
+		}
+		l.flushLocked()
 	}
+	l.mu.Unlock()
 	return ok
+}
+
+// graceReader is the receiver's reader after Terminate. While a message
+// delivered here has no answered fence after it (owed), it waits for the
+// fence, at most the linger time: the sender sends one behind every
+// message it must complete (after its unsignaled ones, a moment later),
+// but its bytes may still be on their way when the application here,
+// seeing the message, already disconnected; without the answer the
+// sender would fail a message its target had, and a peer that received
+// everything and closed would fail the sender's last sends. Otherwise it
+// reads only what the socket holds now, so that the end of the stream
+// goes at once.
+type graceReader struct{ l *link }
+
+func (g graceReader) Read(p []byte) (int, error) {
+	if g.l.owed {
+		return g.l.sock.Read(p)
+	}
+	return readNB(g.l.fd).Read(p)
 }
 
 // frame acts on one FPDU whose header was read; it returns false when the
@@ -245,6 +270,7 @@ func (l *link) onReadRequest(h *header) bool {
 		// with one writev.
 		l.mu.Lock()
 		if !l.term || l.grace {
+			l.owed = false
 			it := l.item(itemCtl)
 			h := putTagged(it.hdr[:], opReadResp, true, rr.sinkSTag, rr.sinkTO, 0)
 			l.pushCtlItem(it, len(h))
@@ -272,7 +298,8 @@ func (l *link) onReadRequest(h *header) bool {
 	}
 	// The response: not before Deliver dropped its reference to the
 	// region, so that the requester, once its READ completes, finds the
-	// region free to deregister.
+	// region free to deregister. It confirms the messages before it.
+	l.owed = false
 	l.mu.Lock()
 	l.flushLocked()
 	l.mu.Unlock()
@@ -392,6 +419,7 @@ func (l *link) onWrite(h *header) bool {
 		return l.refused(err, &l.dec.h, nil)
 	}
 	l.wLen += uint64(h.payload)
+	l.owed = true
 	if h.last {
 		l.wOpen, l.wDone = false, true
 	}
@@ -426,7 +454,7 @@ func (l *link) onSend(h *header) bool {
 		return l.refused(err, &l.dec.h, nil)
 	}
 	l.expMSN[qnSend]++
-	l.replyLikely = true
+	l.replyLikely, l.owed = true, true
 	return true
 }
 
@@ -457,7 +485,7 @@ func (l *link) onImm(h *header) bool {
 	if err != nil {
 		return l.refused(err, h, nil)
 	}
-	l.replyLikely = true
+	l.replyLikely, l.owed = true, true
 	return true
 }
 

@@ -18,7 +18,8 @@ import (
 )
 
 // Terminate ends the connection. A plain disconnect answers the fences
-// the peer already sent after messages that were delivered, then closes
+// the peer sent after messages that were delivered, waiting for them if
+// they are still on their way (graceReader), then closes
 // the connection after the last byte written (a FIN, never a reset); an
 // error sends an iWARP Terminate first. No memory of a Message is touched
 // once Terminate returns: the FPDU being written keeps a copy of its
@@ -35,7 +36,17 @@ func (l *link) Terminate(cause error) {
 	if !l.peerEnded && !errors.Is(cause, verbs.ErrDisconnected) {
 		l.termErr = true
 	}
+	lazy := l.lazy
 	l.detachLocked()
+	if lazy && !l.termErr && !l.peerEnded {
+		// Messages went without a fence, and the timer that would have
+		// sent one is stopped: the fence goes now, for the peer's
+		// receiver, which waits for it before it ends its stream
+		// (graceReader), as this side's waits for the peer's.
+		l.pushReadLocked(&readRequest{})
+		l.q[len(l.q)-1].fence = true
+		l.flushLocked()
+	}
 	for l.rxBusy {
 		l.c.SetReadDeadline(time.Unix(1, 0))
 		l.cond.Wait()
