@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -83,8 +84,14 @@ func (e *Endpoint) current() bool { return e.qp.ep.Load() == e }
 // mreg.ErrBounds, mreg.ErrAccess) without touching memory, and moves the
 // queue pair to the Error state: it calls its Link's Terminate, which
 // must make the peer fail too. Every error but ErrNoRecv does the same.
-// A queue pair that is not connected returns ErrClosed. Deliver does not
-// allocate when it succeeds.
+// A Payload (or Sink) error that matches ErrDisconnected says the
+// connection ended in the middle of the message (the peer terminated, or
+// its stream ended, before the rest came): the queue pair then ends as by
+// the peer's disconnect (its cause matches ErrDisconnected, ECONNRESET,
+// rather than ErrTerminated), and a RECV the message had begun to fill
+// completes with StatusFlushed, never with part of the message. A queue
+// pair that is not connected returns ErrClosed. Deliver does not allocate
+// when it succeeds.
 //
 // Deliver reads the payload as it places it. While it fills a RECV (SEND,
 // SEND_WITH_IMM) it holds the queue pair's receive-queue lock, so a
@@ -120,12 +127,15 @@ func (e *Endpoint) Deliver(m *Message) error {
 			}
 			rq.mu.Lock()
 		}
-		cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+		cause = incomingCause(m.Op, err)
 	} else {
 		err, cause = qp.deliverLocked(m)
 	}
 	failed := false
 	if cause != nil {
+		if errors.Is(cause, ErrDisconnected) {
+			e.byPeer.Store(true)
+		}
 		failed = qp.enterError(cause)
 		qp.flushRecvLocked()
 	}

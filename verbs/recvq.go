@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -215,7 +216,7 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		r.Release()
 		rq.mu.Lock()
 		if err != nil {
-			return err, fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+			return err, incomingCause(m.Op, err)
 		}
 		// Deliver calls are serial, so only a flush can have moved the
 		// head meanwhile: then the RECV has its flush completion.
@@ -252,14 +253,14 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 			if n, err = readToEOF(payload(m), w.segs[:len(w.sgl)]); err == ErrTooLong {
 				cause = fmt.Errorf("%w: %v longer than its %d-byte receive", ErrTerminated, m.Op, capacity)
 			} else if err != nil {
-				cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+				cause = incomingCause(m.Op, err)
 			}
 		case n > capacity:
 			err = ErrTooLong
 			cause = fmt.Errorf("%w: %d-byte %v into a %d-byte receive", ErrTerminated, m.Len, m.Op, capacity)
 		default:
 			if err = readInto(payload(m), w.segs[:len(w.sgl)], m.Len); err != nil {
-				cause = fmt.Errorf("%w: incoming %v: %w", ErrTerminated, m.Op, err)
+				cause = incomingCause(m.Op, err)
 			}
 		}
 		for i := range w.sgl {
@@ -270,6 +271,9 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 		switch {
 		case err == ErrTooLong:
 			wc = WC{Status: StatusLocalLengthError, Opcode: WCRecv}
+		case errors.Is(err, ErrDisconnected):
+			// Never whole: flushed, as by the disconnect it is.
+			wc = WC{Status: StatusFlushed, Opcode: WCRecv}
 		case err != nil:
 			wc = WC{Status: StatusLocalQPOperationError, Opcode: WCRecv}
 		case m.Op == OpSendWithImm:
@@ -282,30 +286,50 @@ func (qp *QP) deliverLocked(m *Message) (err, cause error) {
 	return err, fmt.Errorf("%w: %w", ErrTerminated, err)
 }
 
+// incomingCause returns the cause with which the queue pair fails when
+// the data of an incoming message of opcode op could not be read (err):
+// the peer's disconnect if the connection ended in the middle of the
+// message (the provider's error matches ErrDisconnected: the peer
+// terminated, or its stream ended, before the rest came), a termination
+// otherwise.
+func incomingCause(op Opcode, err error) error {
+	if errors.Is(err, ErrDisconnected) {
+		return fmt.Errorf("by peer: incoming %v cut short: %w", op, err)
+	}
+	return fmt.Errorf("%w: incoming %v: %w", ErrTerminated, op, err)
+}
+
 // readToEOF fills the segments segs, in order, from r until r reports
 // io.EOF, and returns the bytes read; ErrTooLong if r has more than they
-// hold.
+// hold. Any other error of r is returned as it is: io.ErrUnexpectedEOF
+// from a provider is a message cut short, not its end.
 func readToEOF(r io.Reader, segs [][]byte) (int, error) {
 	n := 0
 	for _, s := range segs {
-		k, err := io.ReadFull(r, s)
-		n += k
-		switch err {
-		case nil:
-		case io.EOF, io.ErrUnexpectedEOF:
-			return n, nil
-		default:
-			return n, err
+		for len(s) > 0 {
+			k, err := r.Read(s)
+			n += k
+			s = s[k:]
+			switch {
+			case err == io.EOF:
+				return n, nil
+			case err != nil:
+				return n, err
+			}
 		}
 	}
 	var one [1]byte
-	switch k, err := io.ReadFull(r, one[:]); {
-	case k > 0:
-		return n, ErrTooLong
-	case err != io.EOF:
-		return n, err
+	for {
+		k, err := r.Read(one[:])
+		switch {
+		case k > 0:
+			return n, ErrTooLong
+		case err == io.EOF:
+			return n, nil
+		case err != nil:
+			return n, err
+		}
 	}
-	return n, nil
 }
 
 // readFull reads the message's payload into dst.

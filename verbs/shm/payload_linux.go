@@ -115,7 +115,7 @@ func (l *link) waitIn() ([]byte, error) {
 			return rec, err
 		}
 		if l.stop.Load() || l.peerGone.Load() {
-			return nil, fmt.Errorf("shm: connection ended in the middle of a message: %w", io.ErrUnexpectedEOF)
+			return nil, fmt.Errorf("shm: connection ended in the middle of a message: %w (%w)", verbs.ErrDisconnected, io.ErrUnexpectedEOF)
 		}
 		if l.pumpIfPending() {
 			continue
@@ -155,10 +155,11 @@ func (r *payloadReader) pull(p []byte) (int, error) {
 
 // peerErr marks a cross-memory-attach failure that says the peer process
 // is gone (ESRCH) as a reset connection, which is what it is: the same
-// error the closing of the Unix socket reports a moment later.
+// error the closing of the Unix socket reports a moment later
+// (verbs.ErrDisconnected, ECONNRESET).
 func peerErr(err error) error {
 	if errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("%w (%w)", syscall.ECONNRESET, err)
+		return fmt.Errorf("%w: the peer process is gone (%w)", verbs.ErrDisconnected, err)
 	}
 	return err
 }
@@ -173,7 +174,7 @@ func (l *link) peerTransfer(v *iovecs, write bool, k int, first bool) (int, erro
 	var n int
 	var err error
 	if l.peer.closed.Load() != 0 {
-		err = fmt.Errorf("shm: peer terminated: %w", verbs.ErrClosed)
+		err = fmt.Errorf("shm: peer terminated: %w", verbs.ErrDisconnected)
 	} else {
 		n, err = l.cmaTransfer(v, write, k)
 	}

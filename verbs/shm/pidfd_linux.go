@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/exsgo/exs/verbs"
 )
 
 // The peer's process and cross-memory attach. process_vm_writev and
@@ -32,7 +33,7 @@ import (
 
 // errPeerGone is the error of a cross-memory-attach call refused because
 // the peer process is gone.
-var errPeerGone = fmt.Errorf("shm: peer process gone: %w", syscall.ECONNRESET)
+var errPeerGone = fmt.Errorf("shm: peer process gone: %w", verbs.ErrDisconnected)
 
 // peerPidfd returns a pidfd of the process at the other end of the socket,
 // whose pid is pid: SO_PEERPIDFD (Linux 6.5) names the very process that

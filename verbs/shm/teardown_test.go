@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/exsgo/exs/mreg"
@@ -89,6 +90,48 @@ func TestDirectAfterPeerTerminated(t *testing.T) {
 			}
 			if !bytes.Equal(target, first) {
 				t.Errorf("the target holds %q after the peer terminated, want %q", target, first)
+			}
+			r.close()
+			v.settled(t)
+			v.after(t)
+		})
+	}
+}
+
+// TestPullAfterPeerTerminated has a raw peer mark itself terminated and
+// then hand over a SEND and an RDMA WRITE whose bytes the victim must pull
+// from the peer's memory: the peer went in the middle of its messages, so
+// the victim's queue pair ends as by the peer's disconnect (ErrDisconnected,
+// ECONNRESET), its RECV flushed rather than completed with part of the
+// SEND, and the WRITE's target untouched. Before, the pull's error was a
+// termination, which exs reported as an aborted connection (ECONNABORTED)
+// instead of the peer's end.
+func TestPullAfterPeerTerminated(t *testing.T) {
+	v := newVictim(t)
+	for _, op := range []verbs.Opcode{verbs.OpSend, verbs.OpWrite} {
+		t.Run(op.String(), func(t *testing.T) {
+			r, a := v.attack(t, rawOpts{probe: true})
+			if !v.linkOf(t, a.qp).cma {
+				t.Skip("no cross-memory attach into this process")
+			}
+			if err := a.qp.PostRecv(verbs.RecvWR{WRID: 5, SGL: []verbs.SGE{v.rbuf.mr.SGE(0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			src := bytes.Repeat([]byte("pulled.."), 8)
+			r.l.me.closed.Store(1)
+			rkey, raddr := uint32(0), uint64(0)
+			if op == verbs.OpWrite {
+				rkey, raddr = uint32(v.w.mr.RKey()), v.w.mr.Addr()
+			}
+			r.put(t, false, reqRec(op, modeIov, 1, r.nextID(), rkey, raddr, 64, iovBody([2]uint64{uint64(uintptrOf(src)), 64})))
+			if err := terminated(t, a); !errors.Is(err, verbs.ErrDisconnected) || !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("the victim's queue pair failed with %v, want the peer's disconnect", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), hostileTimeout)
+			defer cancel()
+			wcs := make([]verbs.WC, 1)
+			if _, err := a.cq.Wait(ctx, wcs, 1); err != nil || wcs[0].WRID != 5 || wcs[0].Status != verbs.StatusFlushed {
+				t.Errorf("the RECV: %v %+v, want it flushed", err, wcs[0])
 			}
 			r.close()
 			v.settled(t)

@@ -2,9 +2,11 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,5 +136,29 @@ func TestBothDisconnectAtOnce(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// TestStreamEndsInsideSend: a peer whose stream ends between the FPDUs of
+// a SEND (it went after the first segments, as a disconnect in the middle
+// of a long message leaves it) never completes the RECV with part of the
+// message: the RECV is flushed, and the queue pair's cause is the peer's
+// disconnect (ECONNRESET), not a violation.
+func TestStreamEndsInsideSend(t *testing.T) {
+	h := newHostile(t, hostileOpts{crc: true, policy: verbs.RNRWait, recvs: 1, recvSize: 64})
+	h.frame(untagged(opSend, qnSend, 1, 0, false), []byte("the first half"))
+	if err := h.conn.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, 4)
+	n, err := h.cq.Wait(ctx, wcs, 1)
+	if err != nil || n != 1 || wcs[0].Status != verbs.StatusFlushed {
+		t.Fatalf("the RECV: %+v (%v), want it flushed", wcs[:n], err)
+	}
+	<-h.qp.Done()
+	if err := h.qp.Err(); !errors.Is(err, verbs.ErrDisconnected) || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("queue pair's error %v, want the peer's disconnect", err)
 	}
 }

@@ -6,6 +6,7 @@ package tcp
 // into a READ's memory.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,26 +144,43 @@ func (p *payload) Read(b []byte) (int, error) {
 			return 0, io.EOF
 		}
 		if err := p.next(); err != nil {
-			p.err = err
-			return 0, err
+			p.err = cutShort(err)
+			return 0, p.err
 		}
 	}
 	n, err := d.read(b)
 	p.mo += uint32(n)
 	if err != nil {
-		p.err = err
-		return 0, err
+		p.err = cutShort(err)
+		return 0, p.err
 	}
 	if d.left == 0 && (d.h.last || !p.multi) && len(b) == n {
 		// The last bytes the caller asked for: check the CRC before
 		// handing them over.
 		if err := d.end(); err != nil {
-			p.err = err
-			return 0, err
+			p.err = cutShort(err)
+			return 0, p.err
 		}
 		p.ended = true
 	}
 	return n, nil
+}
+
+// cutShort returns the error of a message's payload that could not be
+// read: a violation as it is (the peer gets a Terminate), this side's own
+// Terminate as it is, and the end or failure of the stream itself as the
+// peer's going (verbs.ErrDisconnected, ECONNRESET; ETIMEDOUT kept for a
+// silent peer), so that the message, cut short, is never delivered in
+// part and the queue pair ends as by the disconnect it is.
+func cutShort(err error) error {
+	var we *wireError
+	if errors.As(err, &we) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: tcp: the stream ended inside a message (%w)", verbs.ErrDisconnected, err)
 }
 
 // next ends the current FPDU and, if the message goes on, reads the next
