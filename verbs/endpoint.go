@@ -188,6 +188,17 @@ func (e *Endpoint) Complete(m *Message, err error) {
 		return
 	}
 	cause := qp.settleLocked(w, err)
+	if cause == nil {
+		// Its completion goes to the CQ now, not when the goroutine
+		// running the send queue (another's, perhaps, handing a work
+		// request to the provider meanwhile) gets to it: the flushes of
+		// a disconnect the provider reports next must not overtake it
+		// in the CQ, where an application takes the first flush for
+		// the end and a send whose target had it for a failure.
+		unres := 0
+		qp.completeDoneLocked(&unres)
+		qp.cfg.SendCQ.unreserve(unres)
+	}
 	sq.mu.Unlock()
 	if cause != nil {
 		qp.failFrom(e, cause)

@@ -269,33 +269,7 @@ func (qp *QP) runSend() {
 	sq := &qp.sq
 	unres := 0
 	for {
-		for sq.head != sq.next {
-			w := sq.at(sq.head)
-			if w.phase != phaseDone {
-				break
-			}
-			if w.status != StatusSuccess && !sq.flushing && qp.State() != StateError {
-				// Failed, and the failFrom that follows its settling has
-				// not moved the queue pair to Error yet: it completes
-				// then (afterError runs the queue), so that whoever
-				// polls its completion finds the cause in Err.
-				break
-			}
-			if sq.flushing {
-				// An earlier work request failed: the queue pair is
-				// going to Error, and after a failed completion only
-				// flushed ones follow, even for a work request the
-				// provider reported done (a WRITE placed early under
-				// RelaxedWritePlacement behind a SEND that the peer's
-				// disconnect flushed).
-				w.status = StatusFlushed
-			}
-			qp.completeSend(w, &unres)
-			if w.status != StatusSuccess {
-				sq.flushing = true
-			}
-			sq.head++
-		}
+		qp.completeDoneLocked(&unres)
 		st := qp.State()
 		if st == StateError {
 			qp.flushSendLocked(&unres)
@@ -334,6 +308,39 @@ func (qp *QP) runSend() {
 	}
 	qp.cfg.SendCQ.unreserve(unres)
 	sq.mu.Unlock()
+}
+
+// completeDoneLocked completes, in order, the work requests at the head of
+// the queue whose outcome is known. sq.mu is held.
+func (qp *QP) completeDoneLocked(unres *int) {
+	sq := &qp.sq
+	for sq.head != sq.next {
+		w := sq.at(sq.head)
+		if w.phase != phaseDone {
+			break
+		}
+		if w.status != StatusSuccess && !sq.flushing && qp.State() != StateError {
+			// Failed, and the failFrom that follows its settling has
+			// not moved the queue pair to Error yet: it completes
+			// then (afterError runs the queue), so that whoever
+			// polls its completion finds the cause in Err.
+			break
+		}
+		if sq.flushing {
+			// An earlier work request failed: the queue pair is
+			// going to Error, and after a failed completion only
+			// flushed ones follow, even for a work request the
+			// provider reported done (a WRITE placed early under
+			// RelaxedWritePlacement behind a SEND that the peer's
+			// disconnect flushed).
+			w.status = StatusFlushed
+		}
+		qp.completeSend(w, unres)
+		if w.status != StatusSuccess {
+			sq.flushing = true
+		}
+		sq.head++
+	}
 }
 
 // mayConfirmLateLocked reports whether the unsignaled SEND or WRITE being
