@@ -111,3 +111,108 @@ func TestCompleteBeforeDisconnectFlushes(t *testing.T) {
 	unblock()
 	<-posted
 }
+
+// slotLink completes the first message at once, keeps the second in
+// flight, and blocks the Transmit of the third until release is closed.
+type slotLink struct {
+	verbs.Link
+	n       *int
+	handed  chan *verbs.Message
+	release chan struct{}
+}
+
+func (l slotLink) Transmit(m *verbs.Message) (bool, error) {
+	*l.n++
+	switch *l.n {
+	case 1:
+		return true, nil
+	case 2:
+		l.handed <- m
+		return false, nil
+	case 3:
+		l.handed <- m
+		<-l.release
+	}
+	return true, verbs.ErrClosed
+}
+
+// TestCompleteFreesEarlierSlots: of three work requests posted at once, an
+// unsignaled one that succeeded at once and a signaled one the provider
+// completes later (Complete) while the goroutine running the send queue is
+// in the third one's Transmit: once the
+// signaled one's completion is polled, the CQ slots of both are free (the
+// slots come back in order), so that two more work requests fit a CQ of 3.
+// Before, the runner held the unsignaled one's slot until it ran again.
+func TestCompleteFreesEarlierSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	handed := make(chan *verbs.Message, 2)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	var n int
+	var ep *verbs.Endpoint
+	p := dialOnly{&wrapProvider{inner: inproc.New(), wrap: func(l verbs.Link, e *verbs.Endpoint) verbs.Link {
+		ep = e
+		return slotLink{l, &n, handed, release}
+	}}}
+	dev, err := verbs.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(3, verbs.CQOptions{})
+	scq, _ := dev.CreateCQ(4, verbs.CQOptions{})
+	client, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: scq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := pd.CreateQP(verbs.QPConfig{SendCQ: scq, RecvCQ: scq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	defer server.Close()
+	ln, err := dev.Listen("inproc:slots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if req, err := ln.Accept(ctx); err == nil {
+			req.Accept(server, nil)
+		}
+	}()
+	if _, err := client.Connect(ctx, "inproc:slots", nil); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	mr, _ := pd.RegisterMR(buf, mreg.LocalWrite)
+	send := func(id uint64, flags verbs.SendFlags) error {
+		return client.PostSend(verbs.SendWR{WRID: id, Opcode: verbs.OpSend, Flags: flags, SGL: []verbs.SGE{mr.SGE(0, 8)}})
+	}
+	posted := make(chan error, 1)
+	go func() {
+		wr := func(id uint64, flags verbs.SendFlags) verbs.SendWR {
+			return verbs.SendWR{WRID: id, Opcode: verbs.OpSend, Flags: flags, SGL: []verbs.SGE{mr.SGE(0, 8)}}
+		}
+		_, err := client.PostSendBatch([]verbs.SendWR{wr(1, 0), wr(2, verbs.Signaled), wr(3, verbs.Signaled)})
+		posted <- err
+	}()
+	m := <-handed
+	<-handed // the poster is in the third Transmit, running the send queue
+	ep.Complete(m, nil)
+	wcs := make([]verbs.WC, 1)
+	if _, err := cq.Wait(ctx, wcs, 1); err != nil || wcs[0].WRID != 2 || wcs[0].Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v (%v): want WR 2's success", wcs[0], err)
+	}
+	for id := uint64(4); id <= 5; id++ {
+		if err := send(id, verbs.Signaled); err != nil {
+			t.Errorf("post %d with the slots of WRs 1 and 2 free: %v", id, err)
+		}
+	}
+	unblock()
+	<-posted
+}

@@ -270,6 +270,12 @@ func (qp *QP) runSend() {
 	unres := 0
 	for {
 		qp.completeDoneLocked(&unres)
+		// The slots of the unsignaled ones go back before sq.mu is
+		// released: Endpoint.Complete may push a later completion
+		// meanwhile, and the slots of the earlier ones must be free by
+		// the time it is seen.
+		qp.cfg.SendCQ.unreserve(unres)
+		unres = 0
 		st := qp.State()
 		if st == StateError {
 			qp.flushSendLocked(&unres)
