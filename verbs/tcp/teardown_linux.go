@@ -52,9 +52,13 @@ func (l *link) Terminate(cause error) {
 		l.cond.Wait()
 	}
 	// The receiver stops waiting for the peer; if it is between FPDUs it
-	// reads on without blocking, to answer fences (see run). Under mu, so
-	// that finishRx's later deadline is not overwritten.
-	l.c.SetReadDeadline(time.Unix(1, 0))
+	// reads on, to answer fences (see run). Under mu, so that finishRx's
+	// later deadline is not overwritten, and not once the receiver is in
+	// its grace (it got there while this waited for rxBusy): that would
+	// end its wait for a fence at once.
+	if !l.grace {
+		l.c.SetReadDeadline(time.Unix(1, 0))
+	}
 	close(l.termC)
 	l.cond.Broadcast()
 	l.mu.Unlock()
