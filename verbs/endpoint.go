@@ -195,9 +195,7 @@ func (e *Endpoint) Complete(m *Message, err error) {
 		// a disconnect the provider reports next must not overtake it
 		// in the CQ, where an application takes the first flush for
 		// the end and a send whose target had it for a failure.
-		unres := 0
-		qp.completeDoneLocked(&unres)
-		qp.cfg.SendCQ.unreserve(unres)
+		qp.completeDoneLocked()
 	}
 	sq.mu.Unlock()
 	if cause != nil {

@@ -269,13 +269,7 @@ func (qp *QP) runSend() {
 	sq := &qp.sq
 	unres := 0
 	for {
-		qp.completeDoneLocked(&unres)
-		// The slots of the unsignaled ones go back before sq.mu is
-		// released: Endpoint.Complete may push a later completion
-		// meanwhile, and the slots of the earlier ones must be free by
-		// the time it is seen.
-		qp.cfg.SendCQ.unreserve(unres)
-		unres = 0
+		qp.completeDoneLocked()
 		st := qp.State()
 		if st == StateError {
 			qp.flushSendLocked(&unres)
@@ -317,9 +311,14 @@ func (qp *QP) runSend() {
 }
 
 // completeDoneLocked completes, in order, the work requests at the head of
-// the queue whose outcome is known. sq.mu is held.
-func (qp *QP) completeDoneLocked(unres *int) {
+// the queue whose outcome is known, and gives back the CQ slots of the
+// unsignaled ones among them before sq.mu (held) is released: whoever
+// pushes a later completion (runSend, or Endpoint.Complete while runSend
+// hands a work request to the provider) then finds the earlier slots free
+// by the time it is seen.
+func (qp *QP) completeDoneLocked() {
 	sq := &qp.sq
+	unres := 0
 	for sq.head != sq.next {
 		w := sq.at(sq.head)
 		if w.phase != phaseDone {
@@ -341,12 +340,13 @@ func (qp *QP) completeDoneLocked(unres *int) {
 			// disconnect flushed).
 			w.status = StatusFlushed
 		}
-		qp.completeSend(w, unres)
+		qp.completeSend(w, &unres)
 		if w.status != StatusSuccess {
 			sq.flushing = true
 		}
 		sq.head++
 	}
+	qp.cfg.SendCQ.unreserve(unres)
 }
 
 // mayConfirmLateLocked reports whether the unsignaled SEND or WRITE being
