@@ -34,9 +34,22 @@ func TestDisconnectAnswersLateFence(t *testing.T) {
 	if err := h.qp.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
-	// Long enough for a receiver that only looks at what the socket holds
-	// to have found nothing and ended the stream.
-	time.Sleep(50 * time.Millisecond)
+	// The fence goes once the receiver, interrupted by the disconnect, is
+	// in its grace: one that only looked at what the socket held found
+	// nothing there and ended the stream.
+	l := h.link()
+	for {
+		l.mu.Lock()
+		grace := l.grace
+		l.mu.Unlock()
+		if grace {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the receiver never entered its grace after the disconnect")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	const sink = 0x80000002
 	h.write(fpdu(h.crc, untagged(opReadReq, qnRead, 2, 0, true), (&readRequest{sinkSTag: sink}).put(make([]byte, readReqLen))))
 	answered := false
